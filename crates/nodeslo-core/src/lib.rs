@@ -1,0 +1,19 @@
+//! The pure core of the NodeSLO controller (Koordinator's slo-controller NodeSLO loop).
+//!
+//! No client lives here: the controller fetches the Node, the NodeSLO and the `slo-controller-config`
+//! ConfigMap, and these modules decide what the NodeSLO spec must be.
+//!
+//! - [`merge`]: deep merge of JSON strategies (absent or null keeps the base, arrays are replaced).
+//! - [`selector`]: Kubernetes `LabelSelector` validation and matching.
+//! - [`quantity`]: validation of Kubernetes quantities (the bandwidth annotation).
+//! - [`config`]: the five ConfigMap keys, their defaults, and the per-key "last good" rule.
+//! - [`spec`]: choosing one node's spec from the merged config, and semantic comparison.
+
+pub mod config;
+pub mod merge;
+pub mod quantity;
+pub mod selector;
+pub mod spec;
+
+pub use config::{ConfigKey, ConfigProblem, MergedConfig};
+pub use spec::{NodeInput, NodeSpecOutcome, compute_node_spec, semantically_equal};
