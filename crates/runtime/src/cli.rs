@@ -1,0 +1,172 @@
+//! Flags every Capstan binary accepts, each with an environment variable, the same names everywhere.
+//! Flatten [`CommonArgs`] into a binary's own `clap::Parser` with `#[command(flatten)]`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::RuntimeError;
+
+/// Log line format.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line (for log shippers).
+    Json,
+}
+
+/// Flags shared by every binary.
+#[derive(clap::Args, Clone, Debug)]
+pub struct CommonArgs {
+    /// Path to a kubeconfig (a `:`-separated list is merged like kubectl does). Without it the
+    /// client is inferred: in-cluster service account, then `~/.kube/config`.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Address of the admin HTTP server (`/metrics`, `/livez`, `/readyz`). Port 0 picks a free port;
+    /// the bound address is logged as `admin server listening on ADDR`.
+    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+
+    /// Log line format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log filter, an `EnvFilter` directive such as `info` or `info,kube=debug`.
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+
+    /// OTLP/gRPC endpoint for traces (for example `http://otel-collector:4317`); no traces are
+    /// exported without it.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
+    #[command(flatten)]
+    pub leader: LeaderElectionArgs,
+}
+
+/// Leader election flags (a `coordination.k8s.io/v1` Lease).
+#[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
+pub struct LeaderElectionArgs {
+    /// Elect a leader through a Lease so that only one replica writes. Without it this replica
+    /// always acts as leader.
+    #[arg(
+        long,
+        env = "LEADER_ELECT",
+        num_args = 0..=1,
+        default_value = "false",
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub leader_elect: bool,
+
+    /// Name of the Lease; defaults to the binary's name.
+    #[arg(long, env = "LEASE_NAME")]
+    pub lease_name: Option<String>,
+
+    /// Namespace of the Lease; defaults to the pod's namespace.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+
+    /// How long a held Lease stays valid without renewal.
+    #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15)]
+    pub lease_duration_seconds: u64,
+
+    /// How long before expiry the holder renews (also the tolerated clock skew).
+    #[arg(long, env = "LEASE_GRACE_SECONDS", default_value_t = 5)]
+    pub lease_grace_seconds: u64,
+
+    /// Holder identity; defaults to the pod name, then the host name.
+    #[arg(long = "lease-identity", env = "POD_NAME")]
+    pub identity: Option<String>,
+}
+
+impl LeaderElectionArgs {
+    /// The Lease name, or `default_name` (usually the binary's name) when none was given.
+    pub fn lease_name_or<'a>(&'a self, default_name: &'a str) -> &'a str {
+        self.lease_name
+            .as_deref()
+            .filter(|name| !name.is_empty())
+            .unwrap_or(default_name)
+    }
+
+    /// The holder identity: `--lease-identity`/`POD_NAME`, else the host name.
+    pub fn holder_identity(&self) -> String {
+        if let Some(identity) = self.identity.as_deref().filter(|id| !id.is_empty()) {
+            return identity.to_owned();
+        }
+        hostname().unwrap_or_else(|| format!("capstan-{}", std::process::id()))
+    }
+
+    /// Checks the timing rules the Lease manager relies on (it panics on violations).
+    pub fn validate(&self) -> Result<(), RuntimeError> {
+        if self.lease_grace_seconds == 0 || self.lease_duration_seconds == 0 {
+            return Err(RuntimeError::LeaderConfig(
+                "lease duration and grace must be greater than zero".into(),
+            ));
+        }
+        if self.lease_grace_seconds >= self.lease_duration_seconds {
+            return Err(RuntimeError::LeaderConfig(format!(
+                "lease grace ({}s) must be shorter than the lease duration ({}s)",
+                self.lease_grace_seconds, self.lease_duration_seconds
+            )));
+        }
+        if self.lease_namespace.is_empty() {
+            return Err(RuntimeError::LeaderConfig(
+                "lease namespace must not be empty".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn hostname() -> Option<String> {
+    let from_kernel = std::fs::read_to_string("/proc/sys/kernel/hostname").ok();
+    from_kernel
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+}
+
+impl CommonArgs {
+    /// Builds a Kubernetes client: from `--kubeconfig` when given, else inferred
+    /// (in-cluster, then the default kubeconfig).
+    pub async fn kube_client(&self) -> Result<kube::Client, RuntimeError> {
+        let config = match &self.kubeconfig {
+            Some(paths) => {
+                let kubeconfig = read_kubeconfig_paths(paths)?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                    .await
+                    .map_err(|source| RuntimeError::KubeconfigRead {
+                        path: paths.clone(),
+                        source,
+                    })?
+            }
+            None => kube::Config::infer().await?,
+        };
+        kube::Client::try_from(config).map_err(RuntimeError::KubeClient)
+    }
+}
+
+/// Reads one kubeconfig or a `:`-separated list (the `KUBECONFIG` convention), merged in order.
+fn read_kubeconfig_paths(paths: &std::path::Path) -> Result<Kubeconfig, RuntimeError> {
+    let mut merged: Option<Kubeconfig> = None;
+    for path in std::env::split_paths(paths).filter(|p| !p.as_os_str().is_empty()) {
+        let read_error = |source| RuntimeError::KubeconfigRead {
+            path: path.clone(),
+            source,
+        };
+        let next = Kubeconfig::read_from(&path).map_err(read_error)?;
+        merged = Some(match merged {
+            None => next,
+            Some(current) => current.merge(next).map_err(read_error)?,
+        });
+    }
+    merged.ok_or_else(|| RuntimeError::KubeconfigRead {
+        path: paths.to_path_buf(),
+        source: kube::config::KubeconfigError::FindPath,
+    })
+}

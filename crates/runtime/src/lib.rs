@@ -1,0 +1,24 @@
+//! What every Capstan binary shares: CLI conventions ([`cli`]), logs and traces ([`telemetry`]),
+//! Prometheus metrics ([`metrics`]), the admin HTTP server with `/metrics`, `/livez` and `/readyz`
+//! ([`admin`]), per-object retry backoff ([`backoff`]), leader election on a Lease ([`leader`]) and
+//! graceful shutdown ([`shutdown`], [`service`]).
+//!
+//! A binary wires them in this order: parse [`cli::CommonArgs`], [`telemetry::init`], register
+//! metrics on a `prometheus_client` registry, [`service::Service::start`] (admin server + leader
+//! election), run its controllers until [`shutdown::Shutdown`] fires, then
+//! [`service::Service::finish`] drains in the documented order.
+
+pub mod admin;
+pub mod backoff;
+pub mod cli;
+mod error;
+pub mod leader;
+pub mod metrics;
+pub mod service;
+pub mod shutdown;
+pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use error::RuntimeError;
+pub use metrics::ErrorLabel;
