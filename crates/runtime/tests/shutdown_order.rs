@@ -1,0 +1,128 @@
+//! SIGTERM drains in order: stop new work, finish in-flight work, release the lease, stop the
+//! admin server last (so `/livez` answers throughout the drain).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use capstan_runtime::cli::{CommonArgs, LeaderElectionArgs, LogFormat};
+use capstan_runtime::service::Service;
+use capstan_runtime::shutdown::Shutdown;
+use capstan_runtime::testing::http_get;
+use prometheus_client::registry::Registry;
+
+fn args() -> CommonArgs {
+    CommonArgs {
+        kubeconfig: None,
+        metrics_addr: "127.0.0.1:0".parse().expect("valid address"),
+        log_format: LogFormat::Text,
+        log_level: "info".into(),
+        otlp_endpoint: None,
+        leader: LeaderElectionArgs {
+            leader_elect: false,
+            lease_name: None,
+            lease_namespace: "default".into(),
+            lease_duration_seconds: 15,
+            lease_grace_seconds: 5,
+            identity: None,
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_flight_work_finishes_before_the_admin_server_stops() {
+    let shutdown = Shutdown::new();
+    let service = Service::start(
+        "order-test",
+        &args(),
+        Registry::default(),
+        None,
+        shutdown.clone(),
+    )
+    .await
+    .expect("starts");
+    let addr = service.admin_addr();
+    service.readiness().set_ready(true);
+    assert!(service.leader().is_leader(), "no election: always leader");
+    assert_eq!(http_get(addr, "/readyz").await.expect("readyz").status, 200);
+
+    let events = Arc::new(Mutex::new(Vec::<String>::new()));
+    let record = {
+        let events = events.clone();
+        move |event: String| events.lock().expect("not poisoned").push(event)
+    };
+
+    // A watcher notes when the admin server stops answering.
+    let watcher = {
+        let record = record.clone();
+        tokio::spawn(async move {
+            loop {
+                if http_get(addr, "/livez").await.is_err() {
+                    record("admin stopped".into());
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+
+    // An in-flight reconcile that is running when shutdown arrives and needs time to finish.
+    let token = shutdown.token();
+    let in_flight = {
+        let record = record.clone();
+        tokio::spawn(async move {
+            token.cancelled().await;
+            record("shutdown seen".into());
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let livez = http_get(addr, "/livez").await.map(|r| r.status);
+            let readyz = http_get(addr, "/readyz").await.map(|r| r.status);
+            record(format!("in-flight done livez={livez:?} readyz={readyz:?}"));
+            42
+        })
+    };
+
+    shutdown.trigger();
+    let output = service
+        .finish(async { in_flight.await.expect("in-flight task joins") })
+        .await
+        .expect("drains cleanly");
+    assert_eq!(output, 42, "finish returns the in-flight output");
+    tokio::time::timeout(Duration::from_secs(5), watcher)
+        .await
+        .expect("watcher sees the stop")
+        .expect("watcher joins");
+
+    let events = events.lock().expect("not poisoned").clone();
+    assert_eq!(
+        events,
+        [
+            "shutdown seen",
+            "in-flight done livez=Ok(200) readyz=Ok(503)",
+            "admin stopped",
+        ],
+        "livez stays up (readyz down) while draining, admin stops last"
+    );
+    assert!(shutdown.is_completed());
+}
+
+#[tokio::test]
+async fn finish_without_a_signal_still_requests_shutdown_first() {
+    let shutdown = Shutdown::new();
+    let service = Service::start(
+        "order-test",
+        &args(),
+        Registry::default(),
+        None,
+        shutdown.clone(),
+    )
+    .await
+    .expect("starts");
+    let seen = shutdown.clone();
+    let was_triggered = service
+        .finish(async move { seen.is_triggered() })
+        .await
+        .expect("drains");
+    assert!(
+        was_triggered,
+        "in-flight work runs after the request to stop"
+    );
+}
