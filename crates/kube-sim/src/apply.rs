@@ -1,0 +1,565 @@
+//! Server-side apply and field ownership (`metadata.managedFields`), pragmatically:
+//! a field set is the set of leaf paths a manager owns; lists of objects with a merge key are
+//! owned per item (`k:{"name":"x"}`), lists of finalizers per value, other lists atomically.
+
+use crate::patch::{builtin_merge_key, is_set_list};
+use serde_json::{Map, Value, json};
+use std::collections::BTreeSet;
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Seg {
+    Field(String),
+    /// A list item by its key, as compact JSON (`{"name":"a"}`).
+    Key(String),
+    /// A set-list item by value, as JSON.
+    Val(String),
+}
+
+pub type Path = Vec<Seg>;
+pub type FieldSet = BTreeSet<Path>;
+
+/// Metadata fields that are owned (the rest is server-managed identity).
+const OWNED_METADATA: &[&str] = &["labels", "annotations", "finalizers", "ownerReferences"];
+
+fn list_key(field: &str, items: &[Value]) -> Option<&'static str> {
+    if items.iter().all(Value::is_object) {
+        builtin_merge_key(field, items)
+    } else {
+        None
+    }
+}
+
+fn key_json(key: &str, item: &Value) -> String {
+    json!({ key: item[key] }).to_string()
+}
+
+/// The leaf paths a value sets.
+pub fn fields_of(obj: &Value) -> FieldSet {
+    let mut out = FieldSet::new();
+    if let Value::Object(m) = obj {
+        for (k, v) in m {
+            match k.as_str() {
+                "apiVersion" | "kind" => {}
+                "metadata" => {
+                    for f in OWNED_METADATA {
+                        if let Some(v) = v.get(*f) {
+                            collect(
+                                v,
+                                f,
+                                vec![Seg::Field("metadata".into()), Seg::Field((*f).into())],
+                                &mut out,
+                            );
+                        }
+                    }
+                }
+                _ => collect(v, k, vec![Seg::Field(k.clone())], &mut out),
+            }
+        }
+    }
+    out
+}
+
+fn collect(v: &Value, field: &str, path: Path, out: &mut FieldSet) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, c) in m {
+                let mut p = path.clone();
+                p.push(Seg::Field(k.clone()));
+                collect(c, k, p, out);
+            }
+        }
+        Value::Array(items) if !items.is_empty() => {
+            if let Some(key) = list_key(field, items) {
+                for item in items {
+                    let mut p = path.clone();
+                    p.push(Seg::Key(key_json(key, item)));
+                    out.insert(p.clone());
+                    collect(item, "", p, out);
+                }
+            } else if is_set_list(field) {
+                for item in items {
+                    let mut p = path.clone();
+                    p.push(Seg::Val(item.to_string()));
+                    out.insert(p);
+                }
+            } else {
+                out.insert(path);
+            }
+        }
+        _ => {
+            out.insert(path);
+        }
+    }
+}
+
+/// The value at a path, if present.
+pub fn get_path<'a>(v: &'a Value, path: &[Seg]) -> Option<&'a Value> {
+    let mut cur = v;
+    for seg in path {
+        cur = match seg {
+            Seg::Field(f) => cur.get(f)?,
+            Seg::Key(k) => {
+                let key: Map<String, Value> = serde_json::from_str(k).ok()?;
+                cur.as_array()?
+                    .iter()
+                    .find(|i| key.iter().all(|(kk, kv)| &i[kk] == kv))?
+            }
+            Seg::Val(j) => {
+                let want: Value = serde_json::from_str(j).ok()?;
+                cur.as_array()?.iter().find(|i| **i == want)?
+            }
+        };
+    }
+    Some(cur)
+}
+
+fn remove_path(v: &mut Value, path: &[Seg]) {
+    let Some((last, parent)) = path.split_last() else {
+        return;
+    };
+    let mut cur = v;
+    for seg in parent {
+        let next = match seg {
+            Seg::Field(f) => cur.get_mut(f),
+            Seg::Key(k) => {
+                let Ok(key) = serde_json::from_str::<Map<String, Value>>(k) else {
+                    return;
+                };
+                cur.as_array_mut().and_then(|a| {
+                    a.iter_mut()
+                        .find(|i| key.iter().all(|(kk, kv)| &i[kk] == kv))
+                })
+            }
+            Seg::Val(_) => None,
+        };
+        match next {
+            Some(n) => cur = n,
+            None => return,
+        }
+    }
+    match last {
+        Seg::Field(f) => {
+            if let Some(m) = cur.as_object_mut() {
+                m.remove(f);
+            }
+        }
+        Seg::Key(k) => {
+            if let (Ok(key), Some(a)) = (
+                serde_json::from_str::<Map<String, Value>>(k),
+                cur.as_array_mut(),
+            ) {
+                a.retain(|i| !key.iter().all(|(kk, kv)| &i[kk] == kv));
+            }
+        }
+        Seg::Val(j) => {
+            if let (Ok(want), Some(a)) = (serde_json::from_str::<Value>(j), cur.as_array_mut()) {
+                a.retain(|i| *i != want);
+            }
+        }
+    }
+}
+
+/// Merges an applied configuration into the live object (maps recursively, keyed lists by key).
+fn merge_applied(live: &mut Value, applied: &Value, field: &str) {
+    match (live, applied) {
+        (Value::Object(l), Value::Object(a)) => {
+            for (k, av) in a {
+                match l.get_mut(k) {
+                    Some(lv) if !av.is_null() => merge_applied(lv, av, k),
+                    _ => {
+                        l.insert(k.clone(), av.clone());
+                    }
+                }
+            }
+        }
+        (l @ Value::Array(_), Value::Array(a)) => {
+            let existing = l.as_array().cloned().unwrap_or_default();
+            if let Some(key) = list_key(field, a).filter(|_| existing.iter().all(Value::is_object))
+            {
+                let mut out = vec![];
+                for item in a {
+                    match existing.iter().find(|e| e[key] == item[key]) {
+                        Some(e) => {
+                            let mut merged = e.clone();
+                            merge_applied(&mut merged, item, "");
+                            out.push(merged);
+                        }
+                        None => out.push(item.clone()),
+                    }
+                }
+                for e in existing {
+                    if !a.iter().any(|i| i[key] == e[key]) {
+                        out.push(e);
+                    }
+                }
+                *l = Value::Array(out);
+            } else if is_set_list(field) {
+                let mut out = a.clone();
+                for e in existing {
+                    if !out.contains(&e) {
+                        out.push(e);
+                    }
+                }
+                *l = Value::Array(out);
+            } else {
+                *l = applied.clone();
+            }
+        }
+        (l, a) => *l = a.clone(),
+    }
+}
+
+/// One `managedFields` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManagedEntry {
+    pub manager: String,
+    pub operation: String,
+    pub api_version: String,
+    pub subresource: String,
+    pub time: String,
+    pub fields: FieldSet,
+}
+
+fn seg_name(seg: &Seg) -> String {
+    match seg {
+        Seg::Field(f) => format!("f:{f}"),
+        Seg::Key(k) => format!("k:{k}"),
+        Seg::Val(v) => format!("v:{v}"),
+    }
+}
+
+/// Encodes a field set as `fieldsV1`.
+pub fn to_fields_v1(set: &FieldSet) -> Value {
+    let mut root = Map::new();
+    for path in set {
+        let mut cur = &mut root;
+        for (i, seg) in path.iter().enumerate() {
+            let entry = cur
+                .entry(seg_name(seg))
+                .or_insert_with(|| Value::Object(Map::new()));
+            let Value::Object(m) = entry else { break };
+            cur = m;
+            if i == path.len() - 1 && matches!(seg, Seg::Key(_)) {
+                cur.insert(".".into(), json!({}));
+            }
+        }
+    }
+    Value::Object(root)
+}
+
+/// Decodes `fieldsV1` into a field set.
+pub fn from_fields_v1(v: &Value) -> FieldSet {
+    let mut out = FieldSet::new();
+    fn walk(v: &Value, path: Path, out: &mut FieldSet) {
+        let Value::Object(m) = v else { return };
+        if m.is_empty() && !path.is_empty() {
+            out.insert(path.clone());
+        }
+        for (k, c) in m {
+            let seg = if k == "." {
+                out.insert(path.clone());
+                continue;
+            } else if let Some(f) = k.strip_prefix("f:") {
+                Seg::Field(f.into())
+            } else if let Some(j) = k.strip_prefix("k:") {
+                Seg::Key(j.into())
+            } else if let Some(j) = k.strip_prefix("v:") {
+                Seg::Val(j.into())
+            } else {
+                continue;
+            };
+            let mut p = path.clone();
+            p.push(seg);
+            walk(c, p, out);
+        }
+    }
+    walk(v, vec![], &mut out);
+    out
+}
+
+pub fn read_managed(obj: &Value) -> Vec<ManagedEntry> {
+    obj["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| ManagedEntry {
+            manager: e["manager"].as_str().unwrap_or_default().into(),
+            operation: e["operation"].as_str().unwrap_or("Update").into(),
+            api_version: e["apiVersion"].as_str().unwrap_or_default().into(),
+            subresource: e["subresource"].as_str().unwrap_or_default().into(),
+            time: e["time"].as_str().unwrap_or_default().into(),
+            fields: from_fields_v1(&e["fieldsV1"]),
+        })
+        .collect()
+}
+
+pub fn write_managed(obj: &mut Value, entries: &[ManagedEntry]) {
+    if !obj["metadata"].is_object() {
+        if !obj.is_object() {
+            return;
+        }
+        obj["metadata"] = json!({});
+    }
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let list: Vec<Value> = entries
+        .iter()
+        .filter(|e| !e.fields.is_empty())
+        .map(|e| {
+            let mut m = Map::new();
+            m.insert("manager".into(), json!(e.manager));
+            m.insert("operation".into(), json!(e.operation));
+            m.insert("apiVersion".into(), json!(e.api_version));
+            m.insert("time".into(), json!(e.time));
+            m.insert("fieldsType".into(), json!("FieldsV1"));
+            m.insert("fieldsV1".into(), to_fields_v1(&e.fields));
+            if !e.subresource.is_empty() {
+                m.insert("subresource".into(), json!(e.subresource));
+            }
+            Value::Object(m)
+        })
+        .collect();
+    if list.is_empty() {
+        meta.remove("managedFields");
+    } else {
+        meta.insert("managedFields".into(), Value::Array(list));
+    }
+}
+
+fn render_path(path: &[Seg]) -> String {
+    let mut s = String::new();
+    for seg in path {
+        match seg {
+            Seg::Field(f) => {
+                s.push('.');
+                s.push_str(f);
+            }
+            Seg::Key(k) => s.push_str(&format!(
+                "[{}]",
+                k.trim_matches(|c| c == '{' || c == '}').replace(':', "=")
+            )),
+            Seg::Val(v) => s.push_str(&format!("[={v}]")),
+        }
+    }
+    s
+}
+
+/// An apply that touches fields owned by other managers with different values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conflicts(pub Vec<(String, String, String)>);
+
+impl Conflicts {
+    /// kube-apiserver's message: `Apply failed with N conflict(s): conflict with "m" using v1: .spec.x`.
+    pub fn message(&self) -> String {
+        let n = self.0.len();
+        if let [(manager, api_version, field)] = self.0.as_slice() {
+            return format!(
+                "Apply failed with 1 conflict: conflict with \"{manager}\" using {api_version}: {field}"
+            );
+        }
+        let mut s = format!("Apply failed with {n} conflicts:");
+        for (manager, api_version, field) in &self.0 {
+            s.push_str(&format!(
+                " conflict with \"{manager}\" using {api_version}: {field}\n"
+            ));
+        }
+        s.trim_end().to_string()
+    }
+    pub fn causes(&self) -> Vec<Value> {
+        self.0
+            .iter()
+            .map(|(m, av, f)| json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{m}\" using {av}"), "field": f}))
+            .collect()
+    }
+}
+
+/// Context of one write for ownership tracking.
+pub struct Writer<'a> {
+    pub manager: &'a str,
+    pub api_version: &'a str,
+    pub subresource: &'a str,
+    pub time: &'a str,
+}
+
+fn entry_for<'e>(
+    entries: &'e mut Vec<ManagedEntry>,
+    w: &Writer<'_>,
+    operation: &str,
+) -> &'e mut ManagedEntry {
+    let pos = entries.iter().position(|e| {
+        e.manager == w.manager && e.operation == operation && e.subresource == w.subresource
+    });
+    let pos = pos.unwrap_or_else(|| {
+        entries.push(ManagedEntry {
+            manager: w.manager.into(),
+            operation: operation.into(),
+            api_version: w.api_version.into(),
+            subresource: w.subresource.into(),
+            time: w.time.into(),
+            fields: FieldSet::new(),
+        });
+        entries.len() - 1
+    });
+    let e = &mut entries[pos];
+    e.time = w.time.into();
+    e.api_version = w.api_version.into();
+    e
+}
+
+/// Server-side apply of `applied` onto `live` (or a new object). Returns the merged object with updated
+/// `managedFields`, or the conflicts when `force` is false.
+pub fn apply(
+    live: Option<&Value>,
+    applied: &Value,
+    w: &Writer<'_>,
+    force: bool,
+) -> Result<Value, Conflicts> {
+    let mut entries = live.map(read_managed).unwrap_or_default();
+    let new_set = fields_of(applied);
+    let prev_set = entries
+        .iter()
+        .find(|e| {
+            e.manager == w.manager && e.operation == "Apply" && e.subresource == w.subresource
+        })
+        .map(|e| e.fields.clone())
+        .unwrap_or_default();
+    let empty = Value::Object(Map::new());
+    let base = live.unwrap_or(&empty);
+    let mut conflicts = vec![];
+    for e in entries.iter_mut().filter(|e| e.manager != w.manager) {
+        let clashing: Vec<Path> = e
+            .fields
+            .intersection(&new_set)
+            .filter(|p| get_path(base, p) != get_path(applied, p))
+            .cloned()
+            .collect();
+        if force {
+            for p in &clashing {
+                e.fields.remove(p);
+            }
+        } else {
+            conflicts.extend(
+                clashing
+                    .iter()
+                    .map(|p| (e.manager.clone(), e.api_version.clone(), render_path(p))),
+            );
+        }
+    }
+    if !conflicts.is_empty() {
+        return Err(Conflicts(conflicts));
+    }
+    let mut result = base.clone();
+    for removed in prev_set.difference(&new_set) {
+        let owned_elsewhere = entries
+            .iter()
+            .filter(|e| !(e.manager == w.manager && e.operation == "Apply"))
+            .any(|e| e.fields.iter().any(|p| p.starts_with(removed)));
+        if !owned_elsewhere {
+            remove_path(&mut result, removed);
+        }
+    }
+    let mut applied_body = applied.clone();
+    if let Some(m) = applied_body.as_object_mut() {
+        m.remove("apiVersion");
+        m.remove("kind");
+    }
+    merge_applied(&mut result, &applied_body, "");
+    entry_for(&mut entries, w, "Apply").fields = new_set;
+    write_managed(&mut result, &entries);
+    Ok(result)
+}
+
+/// Records ownership of the fields an ordinary write (create, update, patch) changed.
+pub fn track_update(old: Option<&Value>, new: &mut Value, w: &Writer<'_>) {
+    let mut entries = old.map(read_managed).unwrap_or_default();
+    let new_fields = fields_of(new);
+    let changed: FieldSet = match old {
+        Some(old) => new_fields
+            .iter()
+            .filter(|p| get_path(old, p) != get_path(new, p))
+            .cloned()
+            .collect(),
+        None => new_fields.clone(),
+    };
+    // Fields that no longer exist are owned by nobody.
+    for e in entries.iter_mut() {
+        e.fields
+            .retain(|p| new_fields.contains(p) && !changed.contains(p));
+    }
+    if !changed.is_empty() {
+        entry_for(&mut entries, w, "Update").fields.extend(changed);
+    }
+    write_managed(new, &entries);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn writer(m: &str) -> Writer<'_> {
+        Writer {
+            manager: m,
+            api_version: "v1",
+            subresource: "",
+            time: "2024-01-01T00:00:00Z",
+        }
+    }
+
+    #[test]
+    fn two_managers_keep_their_fields_and_conflict_on_shared_ones() {
+        let a = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"a": "1"}}, "data": {"x": "1"}});
+        let obj = apply(None, &a, &writer("alice"), false).expect("first apply");
+        let b = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"b": "2"}}, "data": {"y": "2"}});
+        let obj = apply(Some(&obj), &b, &writer("bob"), false).expect("disjoint apply");
+        assert_eq!(obj["data"], json!({"x": "1", "y": "2"}));
+        assert_eq!(obj["metadata"]["labels"], json!({"a": "1", "b": "2"}));
+        // Alice drops her label: it goes; Bob's stays.
+        let a2 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"x": "1"}});
+        let obj = apply(Some(&obj), &a2, &writer("alice"), false).expect("re-apply");
+        assert_eq!(obj["metadata"]["labels"], json!({"b": "2"}));
+        // Bob setting Alice's field to another value conflicts unless forced.
+        let b2 = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"x": "9", "y": "2"}});
+        let err = apply(Some(&obj), &b2, &writer("bob"), false).expect_err("conflict");
+        assert_eq!(
+            err.message(),
+            "Apply failed with 1 conflict: conflict with \"alice\" using v1: .data.x"
+        );
+        let forced = apply(Some(&obj), &b2, &writer("bob"), true).expect("forced");
+        assert_eq!(forced["data"]["x"], "9");
+        let owners = read_managed(&forced);
+        let alice = owners.iter().find(|e| e.manager == "alice");
+        assert!(alice.is_none_or(|e| {
+            !e.fields
+                .contains(&vec![Seg::Field("data".into()), Seg::Field("x".into())])
+        }));
+    }
+
+    #[test]
+    fn keyed_lists_are_owned_per_item_and_round_trip_fields_v1() {
+        let a = json!({"spec": {"containers": [{"name": "a", "image": "1"}]}});
+        let set = fields_of(&a);
+        let v1 = to_fields_v1(&set);
+        assert_eq!(
+            v1,
+            json!({"f:spec": {"f:containers": {"k:{\"name\":\"a\"}": {".": {}, "f:image": {}, "f:name": {}}}}})
+        );
+        assert_eq!(from_fields_v1(&v1), set);
+        let obj = apply(None, &a, &writer("a"), false).expect("apply");
+        let b = json!({"spec": {"containers": [{"name": "b", "image": "2"}]}});
+        let obj = apply(Some(&obj), &b, &writer("b"), false).expect("apply");
+        assert_eq!(obj["spec"]["containers"].as_array().map(Vec::len), Some(2));
+    }
+
+    #[test]
+    fn updates_take_ownership_of_changed_fields() {
+        let old =
+            apply(None, &json!({"data": {"x": "1"}}), &writer("alice"), false).expect("apply");
+        let mut new = old.clone();
+        new["data"]["x"] = json!("2");
+        track_update(Some(&old), &mut new, &writer("editor"));
+        let entries = read_managed(&new);
+        assert_eq!(entries.len(), 1, "{new}");
+        assert_eq!(entries[0].manager, "editor");
+    }
+}

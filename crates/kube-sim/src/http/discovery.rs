@@ -1,0 +1,100 @@
+//! Legacy discovery documents (`/api`, `/apis`, `/apis/<g>`, `/apis/<g>/<v>`) and `/version`.
+
+use crate::registry::Registry;
+use serde_json::{Value, json};
+
+pub fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": "33",
+        "emulationMajor": "1",
+        "emulationMinor": "33",
+        "minCompatibilityMajor": "1",
+        "minCompatibilityMinor": "32",
+        "gitVersion": "v1.33.0",
+        "gitCommit": "60a317eadfcb839692a5551a0fc1b0c3ed5d0d1a",
+        "gitTreeState": "clean",
+        "buildDate": "2025-04-23T13:07:46Z",
+        "goVersion": "go1.24.2",
+        "compiler": "gc",
+        "platform": "linux/amd64"
+    })
+}
+
+pub fn api_versions(server_address: &str) -> Value {
+    json!({"kind": "APIVersions", "versions": ["v1"],
+           "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]})
+}
+
+fn group_json(group: &str, versions: &[String]) -> Value {
+    let vs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
+    json!({"name": group, "versions": vs, "preferredVersion": vs.first().cloned().unwrap_or(Value::Null)})
+}
+
+pub fn api_group_list(registry: &Registry) -> Value {
+    let groups: Vec<Value> = registry
+        .groups()
+        .iter()
+        .map(|(g, vs)| group_json(g, vs))
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+pub fn api_group(registry: &Registry, group: &str) -> Option<Value> {
+    let (g, vs) = registry.groups().into_iter().find(|(g, _)| g == group)?;
+    let mut v = group_json(&g, &vs);
+    v["kind"] = json!("APIGroup");
+    v["apiVersion"] = json!("v1");
+    Some(v)
+}
+
+pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<Value> {
+    if !registry.has_group_version(group, version) {
+        return None;
+    }
+    let mut resources = vec![];
+    for r in registry
+        .all()
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        let mut main = json!({
+            "name": r.plural, "singularName": r.singular, "namespaced": r.namespaced,
+            "kind": r.kind, "verbs": r.verbs(),
+        });
+        if !r.short_names.is_empty() {
+            main["shortNames"] = json!(r.short_names);
+        }
+        if !r.categories.is_empty() {
+            main["categories"] = json!(r.categories);
+        }
+        resources.push(main);
+        for sub in &r.subresources {
+            let (kind, group_, version_, verbs): (&str, &str, &str, Vec<&str>) = match sub.as_str()
+            {
+                "scale" => ("Scale", "autoscaling", "v1", vec!["get", "patch", "update"]),
+                "eviction" => ("Eviction", "policy", "v1", vec!["create"]),
+                "finalize" => (r.kind.as_str(), "", "", vec!["update"]),
+                _ => (r.kind.as_str(), "", "", vec!["get", "patch", "update"]),
+            };
+            let mut s = json!({"name": format!("{}/{sub}", r.plural), "singularName": "", "namespaced": r.namespaced,
+                               "kind": kind, "verbs": verbs});
+            if !group_.is_empty() {
+                s["group"] = json!(group_);
+                s["version"] = json!(version_);
+            }
+            resources.push(s);
+        }
+    }
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+    )
+}

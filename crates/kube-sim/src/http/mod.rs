@@ -1,0 +1,766 @@
+//! The HTTP face of the server: one request pipeline (parse, route, execute under the cluster lock,
+//! encode), so that accounting and fault injection can hook in at a single place.
+
+mod discovery;
+mod openapi;
+pub mod table;
+mod watch;
+
+use crate::cluster::{
+    Cluster, DeleteOptions, ListOptions, ListResult, PatchType, Sub, WriteOptions, field_supported,
+};
+use crate::error::ApiError;
+use crate::registry::ResourceInfo;
+use crate::selectors::{FieldSelector, LabelSelector};
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, Method, StatusCode, header};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// State shared by all requests of one server instance.
+pub struct Shared {
+    pub cluster: Mutex<Cluster>,
+    pub shutdown: CancellationToken,
+    pub server_address: String,
+    pub bookmark_interval: Duration,
+}
+
+impl Shared {
+    pub fn lock(&self) -> MutexGuard<'_, Cluster> {
+        // A panic while holding the lock leaves consistent data (every write is a single put).
+        self.cluster.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+fn json_response(code: u16, body: &Value) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    bytes_response(code, Bytes::from(bytes), "application/json")
+}
+
+fn bytes_response(code: u16, body: Bytes, content_type: &str) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = status;
+    if let Ok(v) = http::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-cache, private"),
+    );
+    r
+}
+
+fn error_response(err: &ApiError) -> Response {
+    json_response(err.code, &err.to_status())
+}
+
+/// Query parameters (last value wins, as Go's `url.Values.Get` returns the first; clients send one).
+struct Query(Vec<(String, String)>);
+
+impl Query {
+    fn parse(q: Option<&str>) -> Self {
+        Self(
+            form_urlencoded::parse(q.unwrap_or("").as_bytes())
+                .into_owned()
+                .collect(),
+        )
+    }
+    fn get(&self, k: &str) -> Option<&str> {
+        self.0.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str())
+    }
+    fn flag(&self, k: &str) -> bool {
+        matches!(self.get(k), Some("true" | "1" | "True"))
+    }
+}
+
+/// A parsed resource URL, as kube-apiserver's RequestInfoFactory understands it.
+#[derive(Debug, Default)]
+struct ResourcePath {
+    group: String,
+    version: String,
+    namespace: Option<String>,
+    plural: String,
+    name: Option<String>,
+    sub: Option<String>,
+    legacy_watch: bool,
+}
+
+fn parse_resource_path(path: &str) -> Option<ResourcePath> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let mut rp = ResourcePath::default();
+    let rest: &[&str] = match parts.as_slice() {
+        ["api", v, rest @ ..] => {
+            rp.version = v.to_string();
+            rest
+        }
+        ["apis", g, v, rest @ ..] => {
+            rp.group = g.to_string();
+            rp.version = v.to_string();
+            rest
+        }
+        _ => return None,
+    };
+    let mut rest = rest;
+    if rest.first() == Some(&"watch") {
+        rp.legacy_watch = true;
+        rest = &rest[1..];
+    }
+    if rest.first() == Some(&"namespaces") && rest.len() > 1 {
+        rp.namespace = Some(rest[1].to_string());
+        if rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
+            rest = &rest[2..];
+        }
+    }
+    match rest {
+        [plural] => rp.plural = plural.to_string(),
+        [plural, name] => {
+            rp.plural = plural.to_string();
+            rp.name = Some(name.to_string());
+        }
+        [plural, name, sub] => {
+            rp.plural = plural.to_string();
+            rp.name = Some(name.to_string());
+            rp.sub = Some(sub.to_string());
+        }
+        _ => return None,
+    }
+    if rp.plural == "namespaces" && rp.group.is_empty() {
+        rp.namespace = None;
+    }
+    Some(rp)
+}
+
+fn accept(headers: &HeaderMap) -> String {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
+fn wants_table(accept: &str) -> bool {
+    accept
+        .split(',')
+        .next()
+        .is_some_and(|first| first.contains("as=Table"))
+}
+
+fn wants_partial(accept: &str) -> bool {
+    accept
+        .split(',')
+        .next()
+        .is_some_and(|first| first.contains("as=PartialObjectMetadata"))
+}
+
+/// The single entry point of every request.
+pub async fn dispatch(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let query = Query::parse(parts.uri.query());
+    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(_) => {
+            return error_response(&ApiError::new(
+                413,
+                "RequestEntityTooLarge",
+                "the request body is too large",
+            ));
+        }
+    };
+    tracing::debug!(method = %parts.method, %path, "request");
+    match route(&shared, &parts.method, &path, &query, &parts.headers, &body) {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    }
+}
+
+fn route(
+    shared: &Arc<Shared>,
+    method: &Method,
+    path: &str,
+    query: &Query,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let accept = accept(headers);
+    match path {
+        "/version" | "/version/" => return Ok(json_response(200, &discovery::version())),
+        "/healthz" | "/livez" | "/readyz" => {
+            return Ok(bytes_response(
+                200,
+                Bytes::from_static(b"ok"),
+                "text/plain; charset=utf-8",
+            ));
+        }
+        "/api" | "/api/" => {
+            return Ok(json_response(
+                200,
+                &discovery::api_versions(&shared.server_address),
+            ));
+        }
+        "/apis" | "/apis/" => {
+            return Ok(json_response(
+                200,
+                &discovery::api_group_list(&shared.lock().registry),
+            ));
+        }
+        "/openapi/v2" => {
+            let (doc, ct) = openapi::v2_document(accept.contains("protobuf"));
+            return Ok(bytes_response(200, Bytes::from(doc), ct));
+        }
+        "/openapi/v3" | "/openapi/v3/" => {
+            return Ok(json_response(
+                200,
+                &openapi::v3_index(&shared.lock().registry),
+            ));
+        }
+        _ => {}
+    }
+    if path.starts_with("/livez/") || path.starts_with("/readyz/") || path.starts_with("/healthz/")
+    {
+        return Ok(bytes_response(
+            200,
+            Bytes::from_static(b"ok"),
+            "text/plain; charset=utf-8",
+        ));
+    }
+    if let Some(gv) = path.strip_prefix("/openapi/v3/") {
+        let (group, version) = match gv
+            .trim_matches('/')
+            .split('/')
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
+            ["api", v] => (String::new(), v.to_string()),
+            ["apis", g, v] => (g.to_string(), v.to_string()),
+            _ => return Err(ApiError::resource_not_found()),
+        };
+        return openapi::v3_document(&shared.lock().registry, &group, &version)
+            .map(|d| json_response(200, &d))
+            .ok_or_else(ApiError::resource_not_found);
+    }
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match segs.as_slice() {
+        ["api", v] => {
+            return discovery::resource_list(&shared.lock().registry, "", v)
+                .map(|d| json_response(200, &d))
+                .ok_or_else(ApiError::resource_not_found);
+        }
+        ["apis", g] => {
+            return discovery::api_group(&shared.lock().registry, g)
+                .map(|d| json_response(200, &d))
+                .ok_or_else(ApiError::resource_not_found);
+        }
+        ["apis", g, v] => {
+            return discovery::resource_list(&shared.lock().registry, g, v)
+                .map(|d| json_response(200, &d))
+                .ok_or_else(ApiError::resource_not_found);
+        }
+        _ => {}
+    }
+    let rp = parse_resource_path(path).ok_or_else(ApiError::resource_not_found)?;
+    let info = shared
+        .lock()
+        .registry
+        .lookup(&rp.group, &rp.version, &rp.plural)
+        .cloned()
+        .ok_or_else(ApiError::resource_not_found)?;
+    if info.namespaced && rp.namespace.is_none() && rp.name.is_some() {
+        return Err(ApiError::resource_not_found());
+    }
+    if let Some(sub) = &rp.sub
+        && !info.subresources.contains(sub)
+    {
+        return Err(ApiError::resource_not_found());
+    }
+    resource_request(shared, &info, &rp, method, query, headers, body, &accept)
+}
+
+fn decode_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    if ct.contains("protobuf") {
+        return Err(ApiError::unsupported_media_type(
+            ct,
+            &["application/json", "application/yaml"],
+        ));
+    }
+    if ct.contains("yaml") {
+        if let Ok(v) = serde_json::from_slice::<Value>(body) {
+            return Ok(v);
+        }
+        let text = std::str::from_utf8(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+        return serde_saphyr::from_str::<Value>(text).map_err(|e| {
+            ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
+        });
+    }
+    serde_json::from_slice::<Value>(body).map_err(|e| {
+        ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+    })
+}
+
+fn patch_type(headers: &HeaderMap) -> Result<PatchType, ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let base = ct.split(';').next().unwrap_or("").trim();
+    match base {
+        "application/json-patch+json" => Ok(PatchType::Json),
+        "application/merge-patch+json" => Ok(PatchType::Merge),
+        "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
+        "application/apply-patch+yaml" | "application/apply-patch+cbor" => Ok(PatchType::Apply),
+        _ => Err(ApiError::unsupported_media_type(
+            ct,
+            &[
+                "application/json-patch+json",
+                "application/merge-patch+json",
+                "application/apply-patch+yaml",
+                "application/strategic-merge-patch+json",
+            ],
+        )),
+    }
+}
+
+fn default_manager(headers: &HeaderMap) -> String {
+    let ua = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("unknown");
+    let m: String = ua
+        .split('/')
+        .next()
+        .unwrap_or("unknown")
+        .chars()
+        .take(128)
+        .collect();
+    if m.is_empty() { "unknown".into() } else { m }
+}
+
+fn write_options(
+    query: &Query,
+    headers: &HeaderMap,
+    default_manager_for_apply: bool,
+) -> WriteOptions {
+    let field_manager = match query.get("fieldManager") {
+        Some(m) if !m.is_empty() => m.to_string(),
+        _ if default_manager_for_apply => String::new(),
+        _ => default_manager(headers),
+    };
+    WriteOptions {
+        dry_run: query.get("dryRun") == Some("All"),
+        field_manager,
+        field_validation: query.get("fieldValidation").unwrap_or("").to_string(),
+        force: query.flag("force"),
+    }
+}
+
+fn list_options(info: &ResourceInfo, query: &Query) -> Result<ListOptions, ApiError> {
+    let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))
+        .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+    let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""), |f| {
+        field_supported(info, f)
+    })
+    .map_err(|e| ApiError::bad_request(format!("{}: {e}", field_error_prefix(info))))?;
+    let limit = match query.get("limit") {
+        Some(l) if !l.is_empty() => Some(
+            l.parse::<i64>()
+                .map_err(|_| ApiError::bad_request("invalid limit"))?,
+        ),
+        _ => None,
+    };
+    Ok(ListOptions {
+        labels,
+        fields,
+        limit: limit.filter(|l| *l > 0).map(|l| l as usize),
+        continue_token: query
+            .get("continue")
+            .filter(|c| !c.is_empty())
+            .map(String::from),
+    })
+}
+
+fn field_error_prefix(info: &ResourceInfo) -> String {
+    format!("\"{}\" is not a known field selector", info.plural)
+}
+
+fn list_meta(result: &ListResult) -> Value {
+    let mut m = json!({"resourceVersion": result.resource_version.to_string()});
+    if let Some(c) = &result.continue_token {
+        m["continue"] = json!(c);
+        m["remainingItemCount"] = json!(result.remaining.unwrap_or(0));
+    }
+    m
+}
+
+/// Serializes a list without cloning items into one big `Value`.
+fn list_bytes(info: &ResourceInfo, result: &ListResult, partial: bool) -> Bytes {
+    let mut out = Vec::with_capacity(64 + result.items.len() * 512);
+    let (kind, api_version) = if partial {
+        (
+            "PartialObjectMetadataList".to_string(),
+            "meta.k8s.io/v1".to_string(),
+        )
+    } else {
+        (info.list_kind.clone(), info.api_version())
+    };
+    out.extend_from_slice(
+        format!(
+            "{{\"kind\":{},\"apiVersion\":{},\"metadata\":",
+            json!(kind),
+            json!(api_version)
+        )
+        .as_bytes(),
+    );
+    out.extend_from_slice(list_meta(result).to_string().as_bytes());
+    out.extend_from_slice(b",\"items\":[");
+    for (i, item) in result.items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if partial {
+            let _ = serde_json::to_writer(&mut out, &partial_object(item));
+        } else {
+            let _ = serde_json::to_writer(&mut out, &**item);
+        }
+    }
+    out.extend_from_slice(b"]}");
+    Bytes::from(out)
+}
+
+fn partial_object(obj: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]})
+}
+
+fn object_response(
+    code: u16,
+    info: &ResourceInfo,
+    obj: &Value,
+    accept: &str,
+    query: &Query,
+) -> Response {
+    if wants_table(accept) {
+        let include = query.get("includeObject").unwrap_or("Metadata");
+        let t = table::to_table(
+            info,
+            &[Arc::new(obj.clone())],
+            json!({"resourceVersion": obj["metadata"]["resourceVersion"]}),
+            true,
+            include,
+        );
+        return json_response(code, &t);
+    }
+    if wants_partial(accept) {
+        return json_response(code, &partial_object(obj));
+    }
+    json_response(code, obj)
+}
+
+fn delete_options(
+    query: &Query,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<DeleteOptions, ApiError> {
+    let mut opts = DeleteOptions {
+        propagation: query.get("propagationPolicy").map(String::from),
+        dry_run: query.get("dryRun") == Some("All"),
+        ..Default::default()
+    };
+    if !body.is_empty() {
+        let v = decode_body(headers, body)?;
+        if let Some(p) = v["propagationPolicy"].as_str() {
+            opts.propagation = Some(p.into());
+        }
+        if v["orphanDependents"] == json!(true) {
+            opts.propagation = Some("Orphan".into());
+        }
+        opts.precondition_uid = v["preconditions"]["uid"].as_str().map(String::from);
+        opts.precondition_rv = v["preconditions"]["resourceVersion"]
+            .as_str()
+            .map(String::from);
+        if v["dryRun"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x == "All"))
+        {
+            opts.dry_run = true;
+        }
+    }
+    if let Some(p) = &opts.propagation
+        && !matches!(p.as_str(), "Orphan" | "Background" | "Foreground")
+    {
+        return Err(ApiError::invalid(
+            "",
+            "DeleteOptions",
+            "",
+            &[crate::error::FieldError::not_supported(
+                "propagationPolicy",
+                &json!(p),
+                &[
+                    json!("Foreground"),
+                    json!("Background"),
+                    json!("Orphan"),
+                    json!("nil"),
+                ],
+            )],
+        ));
+    }
+    Ok(opts)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn resource_request(
+    shared: &Arc<Shared>,
+    info: &ResourceInfo,
+    rp: &ResourcePath,
+    method: &Method,
+    query: &Query,
+    headers: &HeaderMap,
+    body: &Bytes,
+    accept: &str,
+) -> Result<Response, ApiError> {
+    let ns = rp.namespace.clone().unwrap_or_default();
+    let sub = match rp.sub.as_deref() {
+        Some("status") => Sub::Status,
+        _ => Sub::Main,
+    };
+    match (method, &rp.name) {
+        (&Method::GET, None) if rp.legacy_watch || query.flag("watch") => {
+            watch(shared, info, rp, query, accept)
+        }
+        (&Method::GET, None) => {
+            let opts = list_options(info, query)?;
+            let cluster = shared.lock();
+            let result = cluster.list(info, rp.namespace.as_deref(), &opts)?;
+            drop(cluster);
+            if wants_table(accept) {
+                let include = query.get("includeObject").unwrap_or("Metadata");
+                let t = table::to_table(info, &result.items, list_meta(&result), true, include);
+                return Ok(json_response(200, &t));
+            }
+            Ok(bytes_response(
+                200,
+                list_bytes(info, &result, wants_partial(accept)),
+                "application/json",
+            ))
+        }
+        (&Method::GET, Some(name)) => {
+            let obj = shared.lock().get(info, &ns, name)?;
+            if rp.sub.as_deref() == Some("scale") {
+                return Ok(json_response(200, &scale_of(&obj)));
+            }
+            Ok(object_response(200, info, &obj, accept, query))
+        }
+        (&Method::POST, None) => {
+            let body = decode_body(headers, body)?;
+            let opts = write_options(query, headers, false);
+            let created = shared.lock().create(info, &ns, body, &opts)?;
+            Ok(object_response(201, info, &created, accept, query))
+        }
+        (&Method::POST, Some(name)) if rp.sub.as_deref() == Some("eviction") => {
+            let mut cluster = shared.lock();
+            cluster.delete(info, &ns, name, &DeleteOptions::default())?;
+            Ok(json_response(
+                201,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+            ))
+        }
+        (&Method::PUT, Some(name)) => {
+            let body = decode_body(headers, body)?;
+            let opts = write_options(query, headers, false);
+            if rp.sub.as_deref() == Some("scale") {
+                let replicas = body["spec"]["replicas"].clone();
+                let mut cluster = shared.lock();
+                let cur = cluster.get(info, &ns, name)?;
+                let mut updated = (*cur).clone();
+                updated["spec"]["replicas"] = replicas;
+                if let Some(rv) = body["metadata"]["resourceVersion"].as_str() {
+                    updated["metadata"]["resourceVersion"] = json!(rv);
+                }
+                let obj = cluster.update(info, &ns, name, updated, Sub::Main, &opts)?;
+                return Ok(json_response(200, &scale_of(&obj)));
+            }
+            let obj = shared.lock().update(info, &ns, name, body, sub, &opts)?;
+            Ok(object_response(200, info, &obj, accept, query))
+        }
+        (&Method::PATCH, Some(name)) => {
+            let pt = patch_type(headers)?;
+            let patch = decode_body(headers, body)?;
+            let opts = write_options(query, headers, pt == PatchType::Apply);
+            if rp.sub.as_deref() == Some("scale") {
+                let mut cluster = shared.lock();
+                let cur = cluster.get(info, &ns, name)?;
+                let mut scale = scale_of(&cur);
+                match pt {
+                    PatchType::Json => crate::patch::json_patch(&mut scale, &patch),
+                    _ => crate::patch::merge_patch(&mut scale, &patch),
+                }
+                .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
+                let mut updated = (*cur).clone();
+                updated["spec"]["replicas"] = scale["spec"]["replicas"].clone();
+                let obj = cluster.update(info, &ns, name, updated, Sub::Main, &opts)?;
+                return Ok(json_response(200, &scale_of(&obj)));
+            }
+            let (obj, created) = shared
+                .lock()
+                .patch(info, &ns, name, pt, &patch, sub, &opts)?;
+            Ok(object_response(
+                if created { 201 } else { 200 },
+                info,
+                &obj,
+                accept,
+                query,
+            ))
+        }
+        (&Method::DELETE, Some(name)) => {
+            let opts = delete_options(query, headers, body)?;
+            let obj = shared.lock().delete(info, &ns, name, &opts)?;
+            let pending = !obj["metadata"]["deletionTimestamp"].is_null()
+                && obj["metadata"]["finalizers"]
+                    .as_array()
+                    .is_some_and(|f| !f.is_empty());
+            Ok(object_response(
+                if pending { 202 } else { 200 },
+                info,
+                &obj,
+                accept,
+                query,
+            ))
+        }
+        (&Method::DELETE, None) => {
+            let opts = delete_options(query, headers, body)?;
+            let list = list_options(info, query)?;
+            let result =
+                shared
+                    .lock()
+                    .delete_collection(info, rp.namespace.as_deref(), &list, &opts)?;
+            Ok(json_response(200, &result))
+        }
+        _ => Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        )),
+    }
+}
+
+fn scale_of(obj: &Value) -> Value {
+    let m = &obj["metadata"];
+    let selector = obj["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .map(|l| {
+            l.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    json!({
+        "kind": "Scale", "apiVersion": "autoscaling/v1",
+        "metadata": {"name": m["name"], "namespace": m["namespace"], "uid": m["uid"],
+                     "resourceVersion": m["resourceVersion"], "creationTimestamp": m["creationTimestamp"]},
+        "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0)},
+        "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector}
+    })
+}
+
+fn watch(
+    shared: &Arc<Shared>,
+    info: &ResourceInfo,
+    rp: &ResourcePath,
+    query: &Query,
+    accept: &str,
+) -> Result<Response, ApiError> {
+    let opts = list_options(info, query)?;
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .filter(|t| *t > 0)
+        .unwrap_or(1800);
+    let filter = watch::WatchFilter {
+        info: info.clone(),
+        namespace: rp.namespace.clone().filter(|_| info.namespaced),
+        labels: opts.labels,
+        fields: opts.fields,
+        table: wants_table(accept),
+    };
+    let send_initial_events = query.flag("sendInitialEvents");
+    if send_initial_events && query.get("resourceVersionMatch") != Some("NotOlderThan") {
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "ListOptions",
+            "",
+            &[crate::error::FieldError::forbidden(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            )],
+        ));
+    }
+    let req = watch::WatchRequest {
+        resource_version: query.get("resourceVersion").map(String::from),
+        send_initial_events,
+        allow_bookmarks: query.flag("allowWatchBookmarks"),
+        timeout: Duration::from_secs(timeout),
+        bookmark_interval: shared.bookmark_interval,
+    };
+    let stream = {
+        let cluster = shared.lock();
+        watch::start(&cluster, filter, &req, shared.shutdown.clone())?
+    };
+    let mut r = Response::new(Body::from_stream(stream));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-cache, private"),
+    );
+    Ok(r.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_paths_parse_like_request_info() {
+        let p = parse_resource_path("/api/v1/namespaces/default/pods/web/status").expect("parses");
+        assert_eq!(
+            (
+                p.namespace.as_deref(),
+                p.plural.as_str(),
+                p.name.as_deref(),
+                p.sub.as_deref()
+            ),
+            (Some("default"), "pods", Some("web"), Some("status"))
+        );
+        let p = parse_resource_path("/api/v1/namespaces/kube-system").expect("parses");
+        assert_eq!(
+            (p.namespace, p.plural.as_str(), p.name.as_deref()),
+            (None, "namespaces", Some("kube-system"))
+        );
+        let p = parse_resource_path("/api/v1/namespaces/x/status").expect("parses");
+        assert_eq!(
+            (p.plural.as_str(), p.name.as_deref(), p.sub.as_deref()),
+            ("namespaces", Some("x"), Some("status"))
+        );
+        let p =
+            parse_resource_path("/apis/example.com/v1/watch/namespaces/a/widgets").expect("parses");
+        assert!(p.legacy_watch);
+        assert_eq!(
+            (p.group.as_str(), p.namespace.as_deref(), p.plural.as_str()),
+            ("example.com", Some("a"), "widgets")
+        );
+        let p =
+            parse_resource_path("/apis/rbac.authorization.k8s.io/v1/clusterroles").expect("parses");
+        assert_eq!(p.plural, "clusterroles");
+    }
+}

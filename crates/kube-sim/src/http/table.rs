@@ -1,0 +1,207 @@
+//! `meta.k8s.io/v1` Table rendering for `kubectl get`, with printer columns.
+
+use crate::registry::{PrinterColumn, ResourceInfo};
+use crate::util;
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+
+/// Evaluates the JSONPath subset printer columns use: `.a.b`, `.a[0].b`, `.a[*].b`,
+/// `.a[?(@.type=="Ready")].status`, plus `.data.#count` (number of keys) for built-ins.
+pub fn json_path(obj: &Value, path: &str) -> Vec<Value> {
+    let path = path
+        .trim()
+        .trim_start_matches('{')
+        .trim_end_matches('}')
+        .trim_start_matches('$');
+    let mut current = vec![obj.clone()];
+    let mut rest = path;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            let field = &r[..end];
+            rest = &r[end..];
+            if field == "#count" {
+                current = current
+                    .iter()
+                    .map(|v| json!(v.as_object().map_or(0, Map::len)))
+                    .collect();
+                continue;
+            }
+            if field.is_empty() {
+                continue;
+            }
+            current = current
+                .iter()
+                .filter_map(|v| v.get(field).cloned())
+                .collect();
+        } else if let Some(r) = rest.strip_prefix('[') {
+            let Some(end) = r.find(']') else {
+                return vec![];
+            };
+            let inner = &r[..end];
+            rest = &r[end + 1..];
+            let mut next = vec![];
+            for v in &current {
+                let Some(items) = v.as_array() else { continue };
+                if inner == "*" {
+                    next.extend(items.iter().cloned());
+                } else if let Ok(i) = inner.parse::<i64>() {
+                    let idx = if i < 0 { items.len() as i64 + i } else { i };
+                    if let Some(x) = usize::try_from(idx).ok().and_then(|i| items.get(i)) {
+                        next.push(x.clone());
+                    }
+                } else if let Some(filter) =
+                    inner.strip_prefix("?(@.").and_then(|f| f.strip_suffix(')'))
+                {
+                    let (field, want) = match filter.split_once("==") {
+                        Some((f, w)) => (
+                            f.trim(),
+                            Some(w.trim().trim_matches(|c| c == '"' || c == '\'')),
+                        ),
+                        None => (filter.trim(), None),
+                    };
+                    for item in items {
+                        let mut cur = item;
+                        for seg in field.split('.') {
+                            cur = &cur[seg];
+                        }
+                        let ok = match (want, cur) {
+                            (None, v) => !v.is_null(),
+                            (Some(w), Value::String(s)) => s == w,
+                            (Some(w), v) => !v.is_null() && *v == w,
+                        };
+                        if ok {
+                            next.push(item.clone());
+                        }
+                    }
+                }
+            }
+            current = next;
+        } else {
+            return vec![];
+        }
+    }
+    current
+}
+
+fn column_definition(
+    name: &str,
+    type_: &str,
+    format: &str,
+    description: &str,
+    priority: i64,
+) -> Value {
+    json!({"name": name, "type": type_, "format": format, "description": description, "priority": priority})
+}
+
+fn cell(obj: &Value, col: &PrinterColumn, now: i64) -> Value {
+    let values = json_path(obj, &col.json_path);
+    let Some(first) = values.first() else {
+        return Value::Null;
+    };
+    if col.type_ == "date"
+        && let Some(t) = first.as_str().and_then(util::parse_rfc3339)
+    {
+        return json!(util::human_duration(now - t));
+    }
+    match (col.type_.as_str(), first) {
+        ("string", Value::String(_)) => first.clone(),
+        ("string", v) if values.len() == 1 => json!(v.to_string()),
+        ("string", _) => json!(
+            values
+                .iter()
+                .map(|v| v.as_str().map_or(v.to_string(), String::from))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        _ => first.clone(),
+    }
+}
+
+fn partial_metadata(obj: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]})
+}
+
+/// Renders objects as a Table. `include_object` is `None`, `Object` or `Metadata` (the default).
+pub fn to_table(
+    info: &ResourceInfo,
+    objects: &[Arc<Value>],
+    list_meta: Value,
+    with_headers: bool,
+    include_object: &str,
+) -> Value {
+    let now = util::now_unix();
+    let age = PrinterColumn {
+        name: "Age".into(),
+        type_: "date".into(),
+        format: String::new(),
+        description: "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata".into(),
+        priority: 0,
+        json_path: ".metadata.creationTimestamp".into(),
+    };
+    let mut columns: Vec<PrinterColumn> = info.printer_columns.clone();
+    if !info.custom || columns.is_empty() {
+        columns.push(age);
+    }
+    let mut defs = vec![column_definition(
+        "Name",
+        "string",
+        "name",
+        "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
+        0,
+    )];
+    defs.extend(
+        columns
+            .iter()
+            .map(|c| column_definition(&c.name, &c.type_, &c.format, &c.description, c.priority)),
+    );
+    let rows: Vec<Value> = objects
+        .iter()
+        .map(|o| {
+            let mut cells = vec![o["metadata"]["name"].clone()];
+            cells.extend(columns.iter().map(|c| cell(o, c, now)));
+            let mut row = Map::new();
+            row.insert("cells".into(), Value::Array(cells));
+            match include_object {
+                "None" => {}
+                "Object" => {
+                    row.insert("object".into(), (**o).clone());
+                }
+                _ => {
+                    row.insert("object".into(), partial_metadata(o));
+                }
+            }
+            Value::Object(row)
+        })
+        .collect();
+    let mut t = Map::new();
+    t.insert("kind".into(), json!("Table"));
+    t.insert("apiVersion".into(), json!("meta.k8s.io/v1"));
+    t.insert("metadata".into(), list_meta);
+    if with_headers {
+        t.insert("columnDefinitions".into(), Value::Array(defs));
+    } else {
+        t.insert("columnDefinitions".into(), Value::Null);
+    }
+    t.insert("rows".into(), Value::Array(rows));
+    Value::Object(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_path_subset() {
+        let o = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}, {"type": "X", "status": "False"}]},
+                       "spec": {"items": [1, 2]}, "data": {"a": "1", "b": "2"}});
+        assert_eq!(
+            json_path(&o, ".status.conditions[?(@.type==\"Ready\")].status"),
+            vec![json!("True")]
+        );
+        assert_eq!(json_path(&o, ".spec.items[1]"), vec![json!(2)]);
+        assert_eq!(json_path(&o, ".spec.items[*]"), vec![json!(1), json!(2)]);
+        assert_eq!(json_path(&o, ".data.#count"), vec![json!(2)]);
+        assert!(json_path(&o, ".spec.missing").is_empty());
+    }
+}

@@ -1,0 +1,257 @@
+//! Watch streaming: newline-delimited `{"type","object"}` events over a chunked response.
+
+use super::table::to_table;
+use crate::cluster::Cluster;
+use crate::error::ApiError;
+use crate::registry::ResourceInfo;
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::store::{Event, EventType};
+use bytes::Bytes;
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// What one watcher sees.
+pub struct WatchFilter {
+    pub info: ResourceInfo,
+    pub namespace: Option<String>,
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    pub table: bool,
+}
+
+impl WatchFilter {
+    fn matches(&self, obj: &Value) -> bool {
+        if let Some(ns) = &self.namespace
+            && obj["metadata"]["namespace"].as_str() != Some(ns.as_str())
+        {
+            return false;
+        }
+        self.labels.matches(obj) && self.fields.matches(obj)
+    }
+
+    fn line(&self, type_: &str, obj: &Value) -> Bytes {
+        let obj = if self.table {
+            to_table(
+                &self.info,
+                &[Arc::new(obj.clone())],
+                json!({}),
+                true,
+                "Object",
+            )
+        } else if obj["apiVersion"].as_str() != Some(self.info.api_version().as_str())
+            && obj["kind"].is_string()
+        {
+            let mut o = obj.clone();
+            o["apiVersion"] = json!(self.info.api_version());
+            o
+        } else {
+            return self.raw_line(
+                type_,
+                &Bytes::from(serde_json::to_vec(obj).unwrap_or_default()),
+            );
+        };
+        let mut out =
+            serde_json::to_vec(&json!({"type": type_, "object": obj})).unwrap_or_default();
+        out.push(b'\n');
+        Bytes::from(out)
+    }
+
+    fn raw_line(&self, type_: &str, object_json: &Bytes) -> Bytes {
+        let mut out = Vec::with_capacity(object_json.len() + 32);
+        out.extend_from_slice(b"{\"type\":\"");
+        out.extend_from_slice(type_.as_bytes());
+        out.extend_from_slice(b"\",\"object\":");
+        out.extend_from_slice(object_json);
+        out.extend_from_slice(b"}\n");
+        Bytes::from(out)
+    }
+
+    /// The line for an event, applying selectors (leaving the selector is a DELETED).
+    pub fn render(&self, ev: &Event) -> Option<Bytes> {
+        if ev.key != self.info.storage_key() {
+            return None;
+        }
+        let now = self.matches(&ev.object);
+        let before = ev.prev.as_deref().map(|p| self.matches(p));
+        let type_ = match (ev.type_, before, now) {
+            (EventType::Deleted, Some(true), _) => EventType::Deleted,
+            (EventType::Deleted, _, _) => return None,
+            (EventType::Added, _, true) => EventType::Added,
+            (EventType::Modified, Some(true), true) => EventType::Modified,
+            (EventType::Modified, Some(false) | None, true) => EventType::Added,
+            (EventType::Modified, Some(true), false) => {
+                let mut prev = ev.prev.as_deref().cloned().unwrap_or_default();
+                prev["metadata"]["resourceVersion"] = json!(ev.rv.to_string());
+                return Some(self.line("DELETED", &prev));
+            }
+            _ => return None,
+        };
+        let same_version =
+            ev.object["apiVersion"].as_str() == Some(self.info.api_version().as_str());
+        if self.table || !same_version {
+            return Some(self.line(type_.as_str(), &ev.object));
+        }
+        Some(self.raw_line(type_.as_str(), ev.object_json()))
+    }
+
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
+        let mut meta = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let obj = json!({"kind": self.info.kind, "apiVersion": self.info.api_version(), "metadata": meta});
+        let mut out =
+            serde_json::to_vec(&json!({"type": "BOOKMARK", "object": obj})).unwrap_or_default();
+        out.push(b'\n');
+        Bytes::from(out)
+    }
+}
+
+fn error_line(err: &ApiError) -> Bytes {
+    let mut out = serde_json::to_vec(&json!({"type": "ERROR", "object": err.to_status()}))
+        .unwrap_or_default();
+    out.push(b'\n');
+    Bytes::from(out)
+}
+
+pub struct WatchRequest {
+    pub resource_version: Option<String>,
+    pub send_initial_events: bool,
+    pub allow_bookmarks: bool,
+    pub timeout: Duration,
+    pub bookmark_interval: Duration,
+}
+
+struct WatchState {
+    pending: VecDeque<Bytes>,
+    rx: broadcast::Receiver<Arc<Event>>,
+    filter: WatchFilter,
+    last_rv: u64,
+    deadline: Instant,
+    bookmarks: Option<tokio::time::Interval>,
+    shutdown: CancellationToken,
+    finished: bool,
+}
+
+/// Starts a watch under the cluster lock: the initial events are computed and the live
+/// subscription is taken atomically, so no event is lost or repeated.
+pub fn start(
+    cluster: &Cluster,
+    filter: WatchFilter,
+    req: &WatchRequest,
+    shutdown: CancellationToken,
+) -> Result<impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + use<>, ApiError>
+{
+    let (rx, now_rv) = cluster.store.subscribe();
+    let mut pending = VecDeque::new();
+    let mut finished = false;
+    let rv_param = req.resource_version.as_deref().unwrap_or("");
+    let snapshot = |pending: &mut VecDeque<Bytes>| {
+        for (_, obj) in cluster
+            .store
+            .list(&filter.info.storage_key(), filter.namespace.as_deref())
+        {
+            if filter.matches(obj) {
+                pending.push_back(filter.line("ADDED", &Cluster::present(&filter.info, obj)));
+            }
+        }
+    };
+    if req.send_initial_events {
+        snapshot(&mut pending);
+        pending.push_back(filter.bookmark(now_rv, true));
+    } else if rv_param.is_empty() || rv_param == "0" {
+        snapshot(&mut pending);
+    } else {
+        let rv: u64 = rv_param.parse().map_err(|_| {
+            ApiError::bad_request(format!("invalid resource version: \"{rv_param}\""))
+        })?;
+        match cluster.store.events_since(rv) {
+            Ok(events) => pending.extend(events.iter().filter_map(|e| filter.render(e))),
+            Err(oldest) => {
+                pending.push_back(error_line(&ApiError::gone(format!(
+                    "too old resource version: {rv} ({})",
+                    oldest.saturating_sub(1)
+                ))));
+                finished = true;
+            }
+        }
+    }
+    let bookmarks = req.allow_bookmarks.then(|| {
+        let mut i = tokio::time::interval_at(
+            Instant::now() + req.bookmark_interval,
+            req.bookmark_interval,
+        );
+        i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        i
+    });
+    let state = WatchState {
+        pending,
+        rx,
+        filter,
+        last_rv: now_rv,
+        deadline: Instant::now() + req.timeout,
+        bookmarks,
+        shutdown,
+        finished,
+    };
+    Ok(futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(b) = st.pending.pop_front() {
+                return Some((Ok(b), st));
+            }
+            if st.finished {
+                return None;
+            }
+            enum Next {
+                Stop,
+                Bookmark,
+                Event(Result<Arc<Event>, broadcast::error::RecvError>),
+            }
+            let next = {
+                let WatchState {
+                    rx,
+                    bookmarks,
+                    shutdown,
+                    deadline,
+                    ..
+                } = &mut st;
+                let tick = async move {
+                    match bookmarks.as_mut() {
+                        Some(i) => {
+                            i.tick().await;
+                        }
+                        None => futures::future::pending::<()>().await,
+                    }
+                };
+                tokio::select! {
+                    _ = shutdown.cancelled() => Next::Stop,
+                    _ = tokio::time::sleep_until(*deadline) => Next::Stop,
+                    _ = tick => Next::Bookmark,
+                    r = rx.recv() => Next::Event(r),
+                }
+            };
+            match next {
+                Next::Stop => return None,
+                Next::Bookmark => {
+                    let line = st.filter.bookmark(st.last_rv, false);
+                    st.pending.push_back(line);
+                }
+                Next::Event(Ok(ev)) => {
+                    if ev.rv > st.last_rv {
+                        st.last_rv = ev.rv;
+                        if let Some(line) = st.filter.render(&ev) {
+                            st.pending.push_back(line);
+                        }
+                    }
+                }
+                // A watcher too slow to keep up is closed; the client resumes from its last RV.
+                Next::Event(Err(_)) => return None,
+            }
+        }
+    }))
+}

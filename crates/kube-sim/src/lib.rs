@@ -1,0 +1,25 @@
+//! kube-sim: an embedded Kubernetes API server that real clients (kubectl, kube-rs, client-go,
+//! the Python client) cannot tell from kube-apiserver for the calls they make.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kube_sim::Error> {
+//! let sim = kube_sim::KubeSim::start(kube_sim::Config::default()).await?;
+//! let client = sim.client()?;
+//! # drop(client);
+//! sim.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+pub mod apply;
+pub mod cluster;
+pub mod error;
+mod http;
+pub mod patch;
+pub mod registry;
+pub mod schema;
+pub mod selectors;
+mod server;
+pub mod store;
+pub mod util;
+
+pub use server::{Config, Error, KubeSim};

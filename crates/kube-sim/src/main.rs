@@ -1,0 +1,92 @@
+//! `kube-sim serve`: run the embedded API server as a process.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "kube-sim",
+    version,
+    about = "An embedded Kubernetes API server for development and tests"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the Kubernetes API until SIGTERM or SIGINT.
+    Serve {
+        /// Listen address (port 0 picks a free port).
+        #[arg(long, env = "KUBE_SIM_ADDR", default_value = "127.0.0.1:6443")]
+        addr: SocketAddr,
+        /// Where to write a kubeconfig for this server once it is ready.
+        #[arg(long, env = "KUBE_SIM_KUBECONFIG_OUT")]
+        kubeconfig_out: Option<PathBuf>,
+        /// Directory for persisted state (not implemented yet: state is in memory).
+        #[arg(long, env = "KUBE_SIM_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+        /// Events kept for watch resumption.
+        #[arg(long, env = "KUBE_SIM_HISTORY", default_value_t = 10_000)]
+        history: usize,
+    },
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let Cli {
+        command:
+            Command::Serve {
+                addr,
+                kubeconfig_out,
+                data_dir,
+                history,
+            },
+    } = Cli::parse();
+    if data_dir.is_some() {
+        tracing::warn!("--data-dir is not implemented yet; state is kept in memory only");
+    }
+    let config = kube_sim::Config {
+        addr,
+        history_size: history,
+        ..Default::default()
+    };
+    let sim = kube_sim::KubeSim::start(config)
+        .await
+        .context("starting kube-sim")?;
+    match &kubeconfig_out {
+        Some(path) => {
+            sim.write_kubeconfig(path)
+                .with_context(|| format!("writing {}", path.display()))?;
+            println!(
+                "kube-sim serving {}; kubeconfig written to {}",
+                sim.url(),
+                path.display()
+            );
+        }
+        None => println!("kube-sim serving {}", sim.url()),
+    }
+    wait_for_signal().await?;
+    sim.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,553 @@
+//! The table of served resources: built-in kinds plus those defined by CustomResourceDefinitions.
+
+use serde_json::Value;
+
+/// A column of `kubectl get` output (`additionalPrinterColumns`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrinterColumn {
+    pub name: String,
+    pub type_: String,
+    pub format: String,
+    pub description: String,
+    pub priority: i64,
+    pub json_path: String,
+}
+
+/// Everything the server needs to know about one resource in one version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceInfo {
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    pub list_kind: String,
+    pub plural: String,
+    pub singular: String,
+    pub namespaced: bool,
+    pub short_names: Vec<String>,
+    pub categories: Vec<String>,
+    /// Subresources besides the main endpoint: `status`, `scale`, `eviction`.
+    pub subresources: Vec<String>,
+    /// Objects carry `metadata.generation`, bumped on spec changes.
+    pub has_generation: bool,
+    /// Defined by a CRD (validation, pruning, no strategic merge patch).
+    pub custom: bool,
+    /// The CRD's `openAPIV3Schema` for this version.
+    pub schema: Option<Value>,
+    pub printer_columns: Vec<PrinterColumn>,
+    /// The storage version (all versions share one store).
+    pub storage_version: String,
+}
+
+/// Where objects of a resource are stored: group and plural, independent of version.
+pub type StorageKey = (String, String);
+
+impl ResourceInfo {
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+    pub fn storage_key(&self) -> StorageKey {
+        (self.group.clone(), self.plural.clone())
+    }
+    pub fn has_status(&self) -> bool {
+        self.subresources.iter().any(|s| s == "status")
+    }
+    pub fn verbs(&self) -> Vec<&'static str> {
+        vec![
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ]
+    }
+}
+
+struct Builtin {
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    namespaced: bool,
+    short: &'static [&'static str],
+    categories: &'static [&'static str],
+    subresources: &'static [&'static str],
+    generation: bool,
+}
+
+#[allow(clippy::too_many_arguments)]
+const fn b(
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    namespaced: bool,
+    short: &'static [&'static str],
+    categories: &'static [&'static str],
+    subresources: &'static [&'static str],
+    generation: bool,
+) -> Builtin {
+    Builtin {
+        group,
+        version,
+        kind,
+        plural,
+        namespaced,
+        short,
+        categories,
+        subresources,
+        generation,
+    }
+}
+
+const BUILTINS: &[Builtin] = &[
+    b(
+        "",
+        "v1",
+        "Namespace",
+        "namespaces",
+        false,
+        &["ns"],
+        &[],
+        &["status", "finalize"],
+        false,
+    ),
+    b(
+        "",
+        "v1",
+        "Node",
+        "nodes",
+        false,
+        &["no"],
+        &[],
+        &["status"],
+        false,
+    ),
+    b(
+        "",
+        "v1",
+        "Pod",
+        "pods",
+        true,
+        &["po"],
+        &["all"],
+        &["status", "eviction"],
+        false,
+    ),
+    b(
+        "",
+        "v1",
+        "ConfigMap",
+        "configmaps",
+        true,
+        &["cm"],
+        &[],
+        &[],
+        false,
+    ),
+    b("", "v1", "Secret", "secrets", true, &[], &[], &[], false),
+    b(
+        "",
+        "v1",
+        "Service",
+        "services",
+        true,
+        &["svc"],
+        &["all"],
+        &["status"],
+        false,
+    ),
+    b(
+        "",
+        "v1",
+        "ServiceAccount",
+        "serviceaccounts",
+        true,
+        &["sa"],
+        &[],
+        &[],
+        false,
+    ),
+    b("", "v1", "Event", "events", true, &["ev"], &[], &[], false),
+    b(
+        "",
+        "v1",
+        "Endpoints",
+        "endpoints",
+        true,
+        &["ep"],
+        &[],
+        &[],
+        false,
+    ),
+    b(
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        true,
+        &["deploy"],
+        &["all"],
+        &["status", "scale"],
+        true,
+    ),
+    b(
+        "apps",
+        "v1",
+        "ReplicaSet",
+        "replicasets",
+        true,
+        &["rs"],
+        &["all"],
+        &["status", "scale"],
+        true,
+    ),
+    b(
+        "coordination.k8s.io",
+        "v1",
+        "Lease",
+        "leases",
+        true,
+        &[],
+        &[],
+        &[],
+        false,
+    ),
+    b(
+        "events.k8s.io",
+        "v1",
+        "Event",
+        "events",
+        true,
+        &["ev"],
+        &[],
+        &[],
+        false,
+    ),
+    b(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "Role",
+        "roles",
+        true,
+        &[],
+        &[],
+        &[],
+        false,
+    ),
+    b(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRole",
+        "clusterroles",
+        false,
+        &[],
+        &[],
+        &[],
+        false,
+    ),
+    b(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "RoleBinding",
+        "rolebindings",
+        true,
+        &[],
+        &[],
+        &[],
+        false,
+    ),
+    b(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        false,
+        &[],
+        &[],
+        &[],
+        false,
+    ),
+    b(
+        "storage.k8s.io",
+        "v1",
+        "VolumeAttachment",
+        "volumeattachments",
+        false,
+        &[],
+        &[],
+        &["status"],
+        false,
+    ),
+    b(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        false,
+        &["crd", "crds"],
+        &["api-extensions"],
+        &["status"],
+        true,
+    ),
+];
+
+fn col(name: &str, type_: &str, json_path: &str, priority: i64) -> PrinterColumn {
+    PrinterColumn {
+        name: name.into(),
+        type_: type_.into(),
+        format: String::new(),
+        description: String::new(),
+        priority,
+        json_path: json_path.into(),
+    }
+}
+
+/// Default printer columns of a few built-ins (after Name, before Age).
+fn builtin_columns(group: &str, plural: &str) -> Vec<PrinterColumn> {
+    match (group, plural) {
+        ("", "namespaces") | ("", "pods") => vec![col("Status", "string", ".status.phase", 0)],
+        ("", "nodes") => vec![col(
+            "Status",
+            "string",
+            ".status.conditions[?(@.type==\"Ready\")].status",
+            0,
+        )],
+        ("", "configmaps") => vec![col("Data", "integer", ".data.#count", 0)],
+        ("", "secrets") => vec![
+            col("Type", "string", ".type", 0),
+            col("Data", "integer", ".data.#count", 0),
+        ],
+        ("", "services") => vec![
+            col("Type", "string", ".spec.type", 0),
+            col("Cluster-IP", "string", ".spec.clusterIP", 0),
+        ],
+        ("apps", "deployments") | ("apps", "replicasets") => vec![
+            col("Desired", "integer", ".spec.replicas", 0),
+            col("Ready", "integer", ".status.readyReplicas", 0),
+        ],
+        ("coordination.k8s.io", "leases") => {
+            vec![col("Holder", "string", ".spec.holderIdentity", 0)]
+        }
+        _ => vec![],
+    }
+}
+
+/// The built-in resources, in discovery order.
+pub fn builtin_resources() -> Vec<ResourceInfo> {
+    BUILTINS
+        .iter()
+        .map(|b| ResourceInfo {
+            group: b.group.into(),
+            version: b.version.into(),
+            kind: b.kind.into(),
+            list_kind: format!("{}List", b.kind),
+            plural: b.plural.into(),
+            singular: b.kind.to_lowercase(),
+            namespaced: b.namespaced,
+            short_names: b.short.iter().map(|s| s.to_string()).collect(),
+            categories: b.categories.iter().map(|s| s.to_string()).collect(),
+            subresources: b.subresources.iter().map(|s| s.to_string()).collect(),
+            has_generation: b.generation,
+            custom: false,
+            schema: None,
+            printer_columns: builtin_columns(b.group, b.plural),
+            storage_version: b.version.into(),
+        })
+        .collect()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The resources a CustomResourceDefinition serves, one per served version.
+pub fn crd_resources(crd: &Value) -> Vec<ResourceInfo> {
+    let spec = &crd["spec"];
+    let names = &spec["names"];
+    let (Some(group), Some(kind), Some(plural)) = (
+        spec["group"].as_str(),
+        names["kind"].as_str(),
+        names["plural"].as_str(),
+    ) else {
+        return vec![];
+    };
+    let versions = spec["versions"].as_array().cloned().unwrap_or_default();
+    let storage_version = versions
+        .iter()
+        .find(|v| v["storage"].as_bool() == Some(true))
+        .or(versions.first())
+        .and_then(|v| v["name"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    versions
+        .iter()
+        .filter(|v| v["served"].as_bool() != Some(false))
+        .filter_map(|v| {
+            let version = v["name"].as_str()?.to_string();
+            let mut subresources = vec![];
+            if v["subresources"].get("status").is_some() {
+                subresources.push("status".to_string());
+            }
+            if v["subresources"].get("scale").is_some() {
+                subresources.push("scale".to_string());
+            }
+            let printer_columns = v["additionalPrinterColumns"]
+                .as_array()
+                .map(|cols| {
+                    cols.iter()
+                        .map(|c| PrinterColumn {
+                            name: c["name"].as_str().unwrap_or_default().into(),
+                            type_: c["type"].as_str().unwrap_or("string").into(),
+                            format: c["format"].as_str().unwrap_or_default().into(),
+                            description: c["description"].as_str().unwrap_or_default().into(),
+                            priority: c["priority"].as_i64().unwrap_or(0),
+                            json_path: c["jsonPath"].as_str().unwrap_or_default().into(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            Some(ResourceInfo {
+                group: group.into(),
+                version,
+                kind: kind.into(),
+                list_kind: names["listKind"]
+                    .as_str()
+                    .map(String::from)
+                    .unwrap_or_else(|| format!("{kind}List")),
+                plural: plural.into(),
+                singular: names["singular"]
+                    .as_str()
+                    .map(String::from)
+                    .unwrap_or_else(|| kind.to_lowercase()),
+                namespaced: spec["scope"].as_str() != Some("Cluster"),
+                short_names: strings(&names["shortNames"]),
+                categories: strings(&names["categories"]),
+                subresources,
+                has_generation: true,
+                custom: true,
+                schema: v["schema"].get("openAPIV3Schema").cloned(),
+                printer_columns,
+                storage_version: storage_version.clone(),
+            })
+        })
+        .collect()
+}
+
+/// The served resources; rebuilt whenever a CRD changes.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    resources: Vec<ResourceInfo>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self {
+            resources: builtin_resources(),
+        }
+    }
+}
+
+impl Registry {
+    /// Rebuilds the table from the built-ins and the given CRD objects.
+    pub fn rebuild<'a>(&mut self, crds: impl Iterator<Item = &'a Value>) {
+        let mut resources = builtin_resources();
+        for crd in crds {
+            // A CRD being deleted keeps serving until it is gone, as on a real server.
+            for r in crd_resources(crd) {
+                if !resources
+                    .iter()
+                    .any(|x| x.group == r.group && x.version == r.version && x.plural == r.plural)
+                {
+                    resources.push(r);
+                }
+            }
+        }
+        self.resources = resources;
+    }
+
+    pub fn all(&self) -> &[ResourceInfo] {
+        &self.resources
+    }
+
+    pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceInfo> {
+        self.resources
+            .iter()
+            .find(|r| r.group == group && r.version == version && r.plural == plural)
+    }
+
+    /// Finds the resource of an `apiVersion` + `kind` (owner references, embedded objects).
+    pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<&ResourceInfo> {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        self.resources
+            .iter()
+            .find(|r| r.group == group && r.version == version && r.kind == kind)
+    }
+
+    /// Whether the group/version is served at all.
+    pub fn has_group_version(&self, group: &str, version: &str) -> bool {
+        self.resources
+            .iter()
+            .any(|r| r.group == group && r.version == version)
+    }
+
+    /// Groups in discovery order with their versions (first listed is preferred).
+    pub fn groups(&self) -> Vec<(String, Vec<String>)> {
+        let mut out: Vec<(String, Vec<String>)> = vec![];
+        for r in &self.resources {
+            if r.group.is_empty() {
+                continue;
+            }
+            match out.iter_mut().find(|(g, _)| *g == r.group) {
+                Some((_, versions)) => {
+                    if !versions.contains(&r.version) {
+                        versions.push(r.version.clone());
+                    }
+                }
+                None => out.push((r.group.clone(), vec![r.version.clone()])),
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn crd_serves_each_served_version() {
+        let crd = json!({"spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets", "shortNames": ["wd"]},
+            "versions": [
+                {"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                 "schema": {"openAPIV3Schema": {"type": "object"}}},
+                {"name": "v2", "served": false, "storage": false}]}});
+        let rs = crd_resources(&crd);
+        assert_eq!(rs.len(), 1);
+        assert_eq!(rs[0].list_kind, "WidgetList");
+        assert_eq!(rs[0].singular, "widget");
+        assert!(rs[0].has_status() && rs[0].namespaced && rs[0].custom);
+        let mut reg = Registry::default();
+        reg.rebuild([crd].iter());
+        assert!(reg.lookup("example.com", "v1", "widgets").is_some());
+        assert_eq!(
+            reg.by_kind("apps/v1", "Deployment")
+                .map(|r| r.plural.as_str()),
+            Some("deployments")
+        );
+    }
+}

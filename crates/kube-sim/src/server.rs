@@ -1,0 +1,135 @@
+//! Lifecycle of one in-process server: bind, serve, hand out URL/kubeconfig/client, shut down.
+
+use crate::cluster::Cluster;
+use crate::http::{Shared, dispatch};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// How to start a server.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Listen address; port 0 picks a free port.
+    pub addr: SocketAddr,
+    /// Events kept for watch resumption; older resourceVersions get `410 Gone`.
+    pub history_size: usize,
+    /// How often watches that allow bookmarks receive one.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            history_size: 10_000,
+            bookmark_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot build a client: {0}")]
+    Client(String),
+    #[error("cannot write the kubeconfig: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A running kube-sim instance. Instances are independent: no global state.
+pub struct KubeSim {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: JoinHandle<()>,
+}
+
+impl KubeSim {
+    /// Binds and starts serving; returns once the listener accepts connections.
+    pub async fn start(config: Config) -> Result<Self, Error> {
+        let listener = tokio::net::TcpListener::bind(config.addr)
+            .await
+            .map_err(|source| Error::Bind {
+                addr: config.addr,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| Error::Bind {
+            addr: config.addr,
+            source,
+        })?;
+        let shutdown = CancellationToken::new();
+        let shared = Arc::new(Shared {
+            cluster: Mutex::new(Cluster::new(config.history_size)),
+            shutdown: shutdown.clone(),
+            server_address: addr.to_string(),
+            bookmark_interval: config.bookmark_interval,
+        });
+        let app = axum::Router::new()
+            .fallback(dispatch)
+            .with_state(shared.clone());
+        let task = tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "kube-sim server stopped");
+            }
+        });
+        Ok(Self { addr, shared, task })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kubeconfig (YAML) whose current context points at this server, namespace `default`.
+    pub fn kubeconfig_yaml(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sim\n  cluster:\n    server: {}\ncontexts:\n- name: kube-sim\n  context:\n    cluster: kube-sim\n    user: kube-sim\n    namespace: default\ncurrent-context: kube-sim\nusers:\n- name: kube-sim\n  user: {{}}\npreferences: {{}}\n",
+            self.url()
+        )
+    }
+
+    pub fn kubeconfig(&self) -> kube::config::Kubeconfig {
+        kube::config::Kubeconfig::from_yaml(&self.kubeconfig_yaml())
+            .expect("the generated kubeconfig is valid YAML")
+    }
+
+    /// Writes the kubeconfig to a file.
+    pub fn write_kubeconfig(&self, path: &std::path::Path) -> Result<(), Error> {
+        std::fs::write(path, self.kubeconfig_yaml())?;
+        Ok(())
+    }
+
+    /// A kube-rs client for this server.
+    pub fn client(&self) -> Result<kube::Client, Error> {
+        let uri = self
+            .url()
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| Error::Client(e.to_string()))?;
+        let mut config = kube::Config::new(uri);
+        config.default_namespace = "default".into();
+        kube::Client::try_from(config).map_err(|e| Error::Client(e.to_string()))
+    }
+
+    /// The current cluster-wide resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.lock().store.resource_version()
+    }
+
+    /// Stops serving: open watches end, in-flight requests finish.
+    pub async fn shutdown(self) {
+        self.shared.shutdown.cancel();
+        let _ = self.task.await;
+    }
+}

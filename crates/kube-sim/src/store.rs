@@ -1,0 +1,282 @@
+//! The object store: one map per resource, one cluster-wide resourceVersion counter, a bounded
+//! history of events for watch resumption, and a broadcast of new events to live watchers.
+
+use crate::registry::StorageKey;
+use bytes::Bytes;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, OnceLock};
+use tokio::sync::broadcast;
+
+/// Namespace ("" for cluster-scoped) and name.
+pub type ObjKey = (String, String);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Added => "ADDED",
+            Self::Modified => "MODIFIED",
+            Self::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, shared by every watcher; the object is serialized at most once.
+#[derive(Debug)]
+pub struct Event {
+    pub rv: u64,
+    pub type_: EventType,
+    pub key: StorageKey,
+    pub object: Arc<Value>,
+    /// The object before a modification (selectors: leaving the selector is a DELETED).
+    pub prev: Option<Arc<Value>>,
+    json: OnceLock<Bytes>,
+}
+
+impl Event {
+    pub fn object_json(&self) -> &Bytes {
+        self.json
+            .get_or_init(|| Bytes::from(serde_json::to_vec(&*self.object).unwrap_or_default()))
+    }
+    pub fn namespace(&self) -> &str {
+        self.object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+    }
+}
+
+pub fn obj_key(obj: &Value) -> ObjKey {
+    let m = &obj["metadata"];
+    (
+        m["namespace"].as_str().unwrap_or_default().to_string(),
+        m["name"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+fn owner_uids(obj: &Value) -> Vec<String> {
+    obj["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["uid"].as_str().map(String::from))
+        .collect()
+}
+
+pub struct Store {
+    rv: u64,
+    objects: HashMap<StorageKey, BTreeMap<ObjKey, Arc<Value>>>,
+    history: VecDeque<Arc<Event>>,
+    history_cap: usize,
+    /// Every event after this resourceVersion is still in `history`.
+    history_floor: u64,
+    tx: broadcast::Sender<Arc<Event>>,
+    /// Owner uid -> dependents, for garbage collection.
+    dependents: HashMap<String, BTreeSet<(StorageKey, ObjKey)>>,
+    /// uid -> location, to resolve owners.
+    uids: HashMap<String, (StorageKey, ObjKey)>,
+}
+
+impl Store {
+    pub fn new(history_cap: usize) -> Self {
+        let (tx, _) = broadcast::channel(history_cap.max(1024));
+        Self {
+            rv: 1,
+            objects: HashMap::new(),
+            history: VecDeque::new(),
+            history_cap,
+            history_floor: 1,
+            tx,
+            dependents: HashMap::new(),
+            uids: HashMap::new(),
+        }
+    }
+
+    pub fn resource_version(&self) -> u64 {
+        self.rv
+    }
+
+    pub fn get(&self, key: &StorageKey, obj: &ObjKey) -> Option<&Arc<Value>> {
+        self.objects.get(key)?.get(obj)
+    }
+
+    /// Objects of a resource in key order, optionally within one namespace.
+    pub fn list<'a>(
+        &'a self,
+        key: &StorageKey,
+        namespace: Option<&'a str>,
+    ) -> Box<dyn Iterator<Item = (&'a ObjKey, &'a Arc<Value>)> + 'a> {
+        let Some(map) = self.objects.get(key) else {
+            return Box::new(std::iter::empty());
+        };
+        match namespace {
+            Some(ns) => Box::new(
+                map.range((ns.to_string(), String::new())..)
+                    .take_while(move |((n, _), _)| n == ns),
+            ),
+            None => Box::new(map.iter()),
+        }
+    }
+
+    pub fn count(&self, key: &StorageKey) -> usize {
+        self.objects.get(key).map_or(0, BTreeMap::len)
+    }
+
+    pub fn keys_of(&self, key: &StorageKey) -> Vec<ObjKey> {
+        self.objects
+            .get(key)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn storage_keys(&self) -> Vec<StorageKey> {
+        self.objects.keys().cloned().collect()
+    }
+
+    pub fn locate_uid(&self, uid: &str) -> Option<&(StorageKey, ObjKey)> {
+        self.uids.get(uid)
+    }
+
+    pub fn dependents_of(&self, uid: &str) -> Vec<(StorageKey, ObjKey)> {
+        self.dependents
+            .get(uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn index(&mut self, key: &StorageKey, ok: &ObjKey, old: Option<&Value>, new: Option<&Value>) {
+        let loc = (key.clone(), ok.clone());
+        if let Some(old) = old {
+            for uid in owner_uids(old) {
+                if let Some(set) = self.dependents.get_mut(&uid) {
+                    set.remove(&loc);
+                    if set.is_empty() {
+                        self.dependents.remove(&uid);
+                    }
+                }
+            }
+            if let Some(uid) = old["metadata"]["uid"].as_str() {
+                self.uids.remove(uid);
+            }
+        }
+        if let Some(new) = new {
+            for uid in owner_uids(new) {
+                self.dependents.entry(uid).or_default().insert(loc.clone());
+            }
+            if let Some(uid) = new["metadata"]["uid"].as_str() {
+                self.uids.insert(uid.to_string(), loc);
+            }
+        }
+    }
+
+    fn record(
+        &mut self,
+        type_: EventType,
+        key: StorageKey,
+        object: Arc<Value>,
+        prev: Option<Arc<Value>>,
+    ) {
+        let event = Arc::new(Event {
+            rv: self.rv,
+            type_,
+            key,
+            object,
+            prev,
+            json: OnceLock::new(),
+        });
+        if self.history.len() >= self.history_cap
+            && let Some(old) = self.history.pop_front()
+        {
+            self.history_floor = old.rv;
+        }
+        self.history.push_back(event.clone());
+        // No receivers is fine: nobody is watching.
+        let _ = self.tx.send(event);
+    }
+
+    /// Stores an object under a new resourceVersion and emits ADDED or MODIFIED.
+    pub fn put(&mut self, key: &StorageKey, mut obj: Value) -> Arc<Value> {
+        self.rv += 1;
+        obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
+        let ok = obj_key(&obj);
+        let obj = Arc::new(obj);
+        let prev = self
+            .objects
+            .entry(key.clone())
+            .or_default()
+            .insert(ok.clone(), obj.clone());
+        self.index(key, &ok, prev.as_deref(), Some(&obj));
+        let type_ = if prev.is_some() {
+            EventType::Modified
+        } else {
+            EventType::Added
+        };
+        self.record(type_, key.clone(), obj.clone(), prev);
+        obj
+    }
+
+    /// Removes an object; the DELETED event carries the deletion's resourceVersion.
+    pub fn remove(&mut self, key: &StorageKey, ok: &ObjKey) -> Option<Arc<Value>> {
+        let old = self.objects.get_mut(key)?.remove(ok)?;
+        self.index(key, ok, Some(&old), None);
+        self.rv += 1;
+        let mut last = (*old).clone();
+        last["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
+        let last = Arc::new(last);
+        self.record(EventType::Deleted, key.clone(), last.clone(), Some(old));
+        Some(last)
+    }
+
+    /// Subscribes to live events; all events up to the returned resourceVersion are in the past.
+    pub fn subscribe(&self) -> (broadcast::Receiver<Arc<Event>>, u64) {
+        (self.tx.subscribe(), self.rv)
+    }
+
+    /// The retained events after `rv`, or `Err(oldest)` when some were already dropped.
+    pub fn events_since(&self, rv: u64) -> Result<Vec<Arc<Event>>, u64> {
+        if rv < self.history_floor {
+            return Err(self.history_floor + 1);
+        }
+        let start = self.history.partition_point(|e| e.rv <= rv);
+        Ok(self.history.range(start..).cloned().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn key() -> StorageKey {
+        (String::new(), "configmaps".into())
+    }
+
+    #[test]
+    fn resource_versions_increase_and_history_is_bounded() {
+        let mut s = Store::new(3);
+        let (mut rx, start) = s.subscribe();
+        for i in 0..5 {
+            s.put(
+                &key(),
+                json!({"metadata": {"namespace": "default", "name": format!("c{i}")}}),
+            );
+        }
+        assert_eq!(s.resource_version(), start + 5);
+        assert!(s.events_since(start).is_err(), "oldest events were dropped");
+        let recent = s.events_since(start + 3).expect("retained");
+        assert_eq!(recent.len(), 2);
+        assert_eq!(rx.try_recv().map(|e| e.rv).ok(), Some(start + 1));
+        let gone = s
+            .remove(&key(), &("default".into(), "c0".into()))
+            .expect("existed");
+        assert_eq!(gone["metadata"]["resourceVersion"], (start + 6).to_string());
+        assert_eq!(s.list(&key(), Some("default")).count(), 4);
+        assert_eq!(s.list(&key(), Some("other")).count(), 0);
+    }
+}
