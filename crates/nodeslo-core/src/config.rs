@@ -11,6 +11,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use thiserror::Error;
 
+use capstan_apis::slo;
+
 use crate::merge::{deep_merge, strip_nulls};
 use crate::selector::{Selector, SelectorError};
 
@@ -300,6 +302,7 @@ fn parse_strategy(
         .map(Value::Object)
         .unwrap_or(Value::Null);
     let cluster = deep_merge(&key.default_strategy(), &cluster_overlay);
+    check_shape(key, &cluster).map_err(|e| format!("clusterStrategy: {e}"))?;
     let mut problems = Vec::new();
     let mut nodes = Vec::new();
     for (index, node) in document
@@ -321,6 +324,7 @@ fn parse_strategy(
             }
         };
         let value = deep_merge(&cluster, &Value::Object(node.fields));
+        check_shape(key, &value).map_err(|e| format!("nodeStrategies[{index}]: {e}"))?;
         nodes.push(NodeScoped {
             name,
             selector,
@@ -334,6 +338,21 @@ fn parse_strategy(
         },
         problems,
     ))
+}
+
+/// A merged strategy must deserialize into the NodeSLO type its key feeds, as the reference
+/// unmarshals into Go structs: a string where a number belongs makes the whole key invalid.
+fn check_shape(key: ConfigKey, value: &Value) -> Result<(), String> {
+    fn check<T: serde::de::DeserializeOwned>(value: &Value) -> Result<(), String> {
+        T::deserialize(value).map(drop).map_err(|e| e.to_string())
+    }
+    match key {
+        ConfigKey::ResourceThreshold => check::<slo::ResourceThresholdStrategy>(value),
+        ConfigKey::ResourceQos => check::<slo::ResourceQosStrategy>(value),
+        ConfigKey::CpuBurst => check::<slo::CpuBurstStrategy>(value),
+        ConfigKey::System => check::<slo::SystemStrategy>(value),
+        ConfigKey::HostApplication => check::<Vec<slo::HostApplicationSpec>>(value),
+    }
 }
 
 fn parse_host_applications(text: &str) -> Result<(HostApplications, Vec<ConfigProblem>), String> {
@@ -360,9 +379,22 @@ fn parse_host_applications(text: &str) -> Result<(HostApplications, Vec<ConfigPr
             }),
         }
     }
+    let applications = document.applications.unwrap_or_default();
+    check_shape(
+        ConfigKey::HostApplication,
+        &Value::Array(applications.clone()),
+    )
+    .map_err(|e| format!("applications: {e}"))?;
+    for (index, node) in node_configs.iter().enumerate() {
+        check_shape(
+            ConfigKey::HostApplication,
+            &Value::Array(node.value.clone()),
+        )
+        .map_err(|e| format!("nodeConfigs[{index}].applications: {e}"))?;
+    }
     Ok((
         HostApplications {
-            applications: document.applications.unwrap_or_default(),
+            applications,
             node_configs,
         },
         problems,
@@ -498,6 +530,8 @@ mod tests {
             r#"{"clusterStrategy":[1]}"#,
             r#"{"nodeStrategies":{}}"#,
             r#""text""#,
+            r#"{"clusterStrategy":{"cpuBurstPercent":"lots"}}"#,
+            r#"{"nodeStrategies":[{"name":"n","nodeSelector":{},"cfsQuotaBurstPercent":true}]}"#,
         ] {
             let outcome = merged(&[(ConfigKey::CpuBurst, text)]);
             assert!(
