@@ -8,12 +8,15 @@
 //! - [`quantity`]: validation of Kubernetes quantities (the bandwidth annotation).
 //! - [`config`]: the five ConfigMap keys, their defaults, and the per-key "last good" rule.
 //! - [`spec`]: choosing one node's spec from the merged config, and semantic comparison.
+//! - [`decide`]: the level-triggered decision (create, update, delete or nothing) for one node.
 
 pub mod config;
+pub mod decide;
 pub mod merge;
 pub mod quantity;
 pub mod selector;
 pub mod spec;
 
 pub use config::{ConfigKey, ConfigProblem, MergedConfig};
+pub use decide::{Decision, NodeFacts, SloFacts, decide};
 pub use spec::{NodeInput, NodeSpecOutcome, compute_node_spec, semantically_equal};

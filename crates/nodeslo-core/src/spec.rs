@@ -104,7 +104,7 @@ pub fn semantically_equal(a: &Value, b: &Value) -> bool {
     canonical(a) == canonical(b)
 }
 
-fn canonical(value: &Value) -> Value {
+pub(crate) fn canonical(value: &Value) -> Value {
     match value {
         Value::Object(map) => Value::Object(
             map.iter()
