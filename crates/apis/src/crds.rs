@@ -100,11 +100,24 @@ fn normalize_props(props: &mut JSONSchemaProps) {
 /// - `type: [T, "null"]` becomes `type: T`.
 /// - Integer formats other than `int32`/`int64` (`uint8`, `uint32`, `uint64`, ...) are mapped
 ///   to the signed format that holds them; number formats (`double`, `float`) are dropped.
+/// - k8s-openapi's type-level essays on `Quantity` and `IntOrString` are dropped from
+///   int-or-string nodes (a field's own doc comment is kept): they would repeat a page of text,
+///   tabs included, at every such field.
 pub fn normalize_schema(node: &mut Value) {
     let Some(obj) = node.as_object_mut() else {
         return;
     };
     obj.remove("nullable");
+    if obj
+        .get("x-kubernetes-int-or-string")
+        .is_some_and(|v| v == true)
+        && obj
+            .get("description")
+            .and_then(Value::as_str)
+            .is_some_and(|d| BOILERPLATE_PREFIXES.iter().any(|p| d.starts_with(p)))
+    {
+        obj.remove("description");
+    }
     if let Some(Value::Array(types)) = obj.get("type") {
         let non_null: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
         if let [single] = non_null.as_slice() {
@@ -140,7 +153,6 @@ pub fn normalize_schema(node: &mut Value) {
         }
         _ => {}
     }
-    obj.remove("nullable");
     for (key, child) in obj.iter_mut() {
         match key.as_str() {
             "properties" | "patternProperties" | "definitions" | "$defs" => {
@@ -158,6 +170,12 @@ pub fn normalize_schema(node: &mut Value) {
         }
     }
 }
+
+/// Openings of k8s-openapi's type descriptions removed by [`normalize_schema`].
+const BOILERPLATE_PREFIXES: [&str; 2] = [
+    "Quantity is a fixed-point representation of a number.",
+    "IntOrString is a type that can hold an int32 or a string.",
+];
 
 fn is_null_schema(branch: &Value) -> bool {
     match branch {
@@ -383,7 +401,9 @@ mod tests {
                 "b": {"type": "integer", "format": "uint8"},
                 "f": {"type": "number", "format": "double"},
                 "e": {"anyOf": [{"type": "string", "enum": ["a"]}, {"enum": [null], "nullable": true}]},
-                "l": {"type": "array", "items": {"type": "integer", "format": "uint64", "nullable": true}}
+                "l": {"type": "array", "items": {"type": "integer", "format": "uint64", "nullable": true}},
+                "q": {"x-kubernetes-int-or-string": true, "description": "Quantity is a fixed-point representation of a number. Long."},
+                "d": {"x-kubernetes-int-or-string": true, "description": "Node bandwidth."}
             }
         });
         normalize_schema(&mut node);
@@ -396,7 +416,9 @@ mod tests {
                     "b": {"type": "integer", "format": "int32"},
                     "f": {"type": "number"},
                     "e": {"type": "string", "enum": ["a"]},
-                    "l": {"type": "array", "items": {"type": "integer", "format": "int64"}}
+                    "l": {"type": "array", "items": {"type": "integer", "format": "int64"}},
+                    "q": {"x-kubernetes-int-or-string": true},
+                    "d": {"x-kubernetes-int-or-string": true, "description": "Node bandwidth."}
                 }
             })
         );

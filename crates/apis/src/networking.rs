@@ -52,6 +52,7 @@ pub fn slice_router_impl_label(slice: &str) -> String {
     group = "networking.kubeslice.io",
     version = "v1beta1",
     kind = "SliceGateway",
+    doc = "One side of a VPN gateway pair of a slice.",
     plural = "slicegateways",
     singular = "slicegateway",
     shortname = "gw",

@@ -43,6 +43,7 @@ pub const ANNOTATION_NETWORK_BANDWIDTH: &str = "node.koordinator.sh/network-band
     group = "slo.koordinator.sh",
     version = "v1alpha1",
     kind = "NodeSLO",
+    doc = "Node-level SLO settings consumed by koordlet; one per Node, same name.",
     root = "NodeSlo",
     plural = "nodeslos",
     singular = "nodeslo",

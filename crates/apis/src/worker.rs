@@ -33,6 +33,7 @@ pub const EVENT_FSM_DELETE_OLD_GW: &str = "FSMDeleteOldGW";
     group = "worker.kubeslice.io",
     version = "v1alpha1",
     kind = "WorkerSliceGwRecycler",
+    doc = "A make-before-break replacement of one slice gateway pair; the server instance writes spec, the client instance writes status.",
     plural = "workerslicegwrecyclers",
     singular = "workerslicegwrecycler",
     namespaced,
