@@ -1,0 +1,42 @@
+//! Errors a backend (kernel or memory) reports, and how they reach gRPC callers.
+
+use tonic::Status;
+
+/// A backend operation that failed after validation succeeded.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The kernel refused or failed the change (reported as `Internal` with the reason).
+    #[error("kernel: {0}")]
+    Kernel(String),
+    /// The backend cannot do this at all (reported as `Unimplemented`).
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl From<rtnetlink::Error> for BackendError {
+    fn from(error: rtnetlink::Error) -> Self {
+        BackendError::Kernel(error.to_string())
+    }
+}
+
+impl From<BackendError> for Status {
+    fn from(error: BackendError) -> Self {
+        match error {
+            BackendError::Unsupported(reason) => Status::unimplemented(reason),
+            other => Status::internal(other.to_string()),
+        }
+    }
+}
+
+/// An invalid request, reported as `InvalidArgument` with a fixed, client-visible message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidArgument(pub &'static str);
+
+impl From<InvalidArgument> for Status {
+    fn from(error: InvalidArgument) -> Self {
+        Status::invalid_argument(error.0)
+    }
+}

@@ -1,0 +1,55 @@
+//! Netlink connections, optionally inside another network namespace.
+//!
+//! A socket belongs to the namespace it was created in, so a connection for a
+//! named namespace is opened on a short-lived thread that first joins it
+//! (`setns` affects only the calling thread); the gRPC listener stays in the
+//! process's own namespace. Production runs without `--netns`: the sidecar
+//! shares its pod's namespace.
+
+use std::path::{Path, PathBuf};
+
+use crate::backend::BackendError;
+
+/// Opens an rtnetlink connection in the namespace at `netns` (e.g. `/run/netns/NAME`),
+/// or in the caller's own namespace, and drives it on the current Tokio runtime.
+pub fn connect(netns: Option<&Path>) -> Result<rtnetlink::Handle, BackendError> {
+    let runtime = tokio::runtime::Handle::current();
+    let open = move |netns: Option<PathBuf>| -> Result<rtnetlink::Handle, BackendError> {
+        let _entered = runtime.enter();
+        if let Some(path) = netns {
+            let file = std::fs::File::open(&path).map_err(|error| {
+                BackendError::Kernel(format!(
+                    "open network namespace {}: {error}",
+                    path.display()
+                ))
+            })?;
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|error| {
+                BackendError::Kernel(format!(
+                    "join network namespace {}: {error}",
+                    path.display()
+                ))
+            })?;
+        }
+        let (connection, handle, _messages) = rtnetlink::new_connection()?;
+        tokio::spawn(connection);
+        Ok(handle)
+    };
+    match netns {
+        None => open(None),
+        Some(path) => {
+            let path = path.to_path_buf();
+            std::thread::spawn(move || open(Some(path)))
+                .join()
+                .map_err(|_| BackendError::Kernel("netns thread panicked".into()))?
+        }
+    }
+}
+
+/// Resolves `--netns` values: a bare name means `/run/netns/NAME` (as `ip netns` creates).
+pub fn resolve(name_or_path: &str) -> PathBuf {
+    if name_or_path.contains('/') {
+        PathBuf::from(name_or_path)
+    } else {
+        Path::new("/run/netns").join(name_or_path)
+    }
+}
