@@ -50,7 +50,19 @@ pub enum PatchError {
 pub fn json_patch(doc: &mut Value, patch: &Value) -> Result<(), PatchError> {
     let ops: json_patch::Patch =
         serde_json::from_value(patch.clone()).map_err(|e| PatchError::Malformed(e.to_string()))?;
-    json_patch::patch(doc, &ops).map_err(|e| PatchError::Failed(e.to_string()))
+    let mut work = doc.clone();
+    for op in ops.0 {
+        // Like Go's json-patch, `test` of null against a missing path succeeds (kube-rs relies on it).
+        if let json_patch::PatchOperation::Test(t) = &op
+            && t.value.is_null()
+            && work.pointer(t.path.as_str()).is_none()
+        {
+            continue;
+        }
+        json_patch::patch(&mut work, &[op]).map_err(|e| PatchError::Failed(e.to_string()))?;
+    }
+    *doc = work;
+    Ok(())
 }
 
 /// Applies an RFC 7386 JSON merge patch.

@@ -1,0 +1,67 @@
+//! Helpers shared by the integration tests: a started server, raw HTTP, kubectl.
+#![allow(dead_code)]
+
+use kube_sim::{Config, KubeSim};
+use serde_json::Value;
+use std::io::{Read, Write};
+
+pub async fn start() -> KubeSim {
+    KubeSim::start(Config::default())
+        .await
+        .expect("kube-sim starts")
+}
+
+pub async fn start_with(config: Config) -> KubeSim {
+    KubeSim::start(config).await.expect("kube-sim starts")
+}
+
+/// A raw HTTP/1.0 exchange (the body is read until the server closes), so tests see exactly
+/// the status and body the server writes. Returns (status, body).
+pub async fn raw(
+    sim: &KubeSim,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> (u16, String) {
+    let addr = sim.addr();
+    let (method, path, content_type, body) = (
+        method.to_string(),
+        path.to_string(),
+        content_type.to_string(),
+        body.to_string(),
+    );
+    tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10))).expect("timeout");
+        let req = format!(
+            "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: {content_type}\r\nAccept: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).expect("write");
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+        let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        (status, body.to_string())
+    })
+    .await
+    .expect("raw request task")
+}
+
+pub async fn raw_json(
+    sim: &KubeSim,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> (u16, Value) {
+    let (code, body) = raw(sim, method, path, content_type, body).await;
+    (code, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+/// Counts stored objects at a collection URL.
+pub async fn count(sim: &KubeSim, path: &str) -> usize {
+    let (_, list) = raw_json(sim, "GET", path, "application/json", "").await;
+    list["items"].as_array().map_or(0, Vec::len)
+}

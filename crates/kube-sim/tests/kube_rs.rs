@@ -1,0 +1,673 @@
+//! kube-sim through kube-rs: Api CRUD on built-ins and CRDs, watcher + reflector, finalizer helper,
+//! events Recorder, a Controller run, and watch semantics.
+
+mod common;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+    WatchEvent, WatchParams,
+};
+use kube::runtime::events::{Event as KEvent, EventType, Recorder, Reporter};
+use kube::runtime::{
+    Controller, WatchStreamExt, controller::Action, finalizer, reflector, watcher,
+};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn cm(name: &str, labels: serde_json::Value) -> ConfigMap {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": labels}, "data": {"k": "v"}}))
+    .expect("valid ConfigMap")
+}
+
+fn api_status(e: kube::Error) -> kube::core::Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn builtin_crud_with_kube_apiserver_errors() {
+    let sim = common::start().await;
+    let client = sim.client().expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+
+    let created = cms
+        .create(&PostParams::default(), &cm("a", json!({"app": "x"})))
+        .await
+        .expect("create");
+    let rv1: u64 = created
+        .resource_version()
+        .expect("rv")
+        .parse()
+        .expect("numeric rv");
+    assert!(created.uid().is_some());
+    assert!(created.creation_timestamp().is_some());
+    cms.create(&PostParams::default(), &cm("b", json!({"app": "y"})))
+        .await
+        .expect("create b");
+
+    let dup = api_status(
+        cms.create(&PostParams::default(), &cm("a", json!({})))
+            .await
+            .expect_err("duplicate"),
+    );
+    assert_eq!((dup.code, dup.reason.as_str()), (409, "AlreadyExists"));
+    assert_eq!(dup.message, "configmaps \"a\" already exists");
+
+    let listed = cms
+        .list(&ListParams::default().labels("app in (x,z)"))
+        .await
+        .expect("list");
+    assert_eq!(
+        listed
+            .items
+            .iter()
+            .map(|c| c.name_any())
+            .collect::<Vec<_>>(),
+        vec!["a"]
+    );
+    let listed = cms
+        .list(&ListParams::default().labels("app!=x"))
+        .await
+        .expect("list");
+    assert_eq!(
+        listed
+            .items
+            .iter()
+            .map(|c| c.name_any())
+            .collect::<Vec<_>>(),
+        vec!["b"]
+    );
+
+    // Updates bump the cluster-wide resourceVersion; a stale one conflicts.
+    let mut a = cms.get("a").await.expect("get");
+    a.data
+        .get_or_insert_default()
+        .insert("k".into(), "v2".into());
+    let updated = cms
+        .replace("a", &PostParams::default(), &a)
+        .await
+        .expect("replace");
+    let rv2: u64 = updated
+        .resource_version()
+        .expect("rv")
+        .parse()
+        .expect("numeric");
+    assert!(rv2 > rv1);
+    let stale = api_status(
+        cms.replace("a", &PostParams::default(), &a)
+            .await
+            .expect_err("stale"),
+    );
+    assert_eq!((stale.code, stale.reason.as_str()), (409, "Conflict"));
+    assert!(
+        stale.message.contains("the object has been modified"),
+        "{}",
+        stale.message
+    );
+
+    // A no-op update writes nothing.
+    let same = cms
+        .replace("a", &PostParams::default(), &updated)
+        .await
+        .expect("no-op replace");
+    assert_eq!(same.resource_version(), updated.resource_version());
+
+    let missing = api_status(cms.get("nope").await.expect_err("missing"));
+    assert_eq!((missing.code, missing.reason.as_str()), (404, "NotFound"));
+    assert_eq!(missing.message, "configmaps \"nope\" not found");
+
+    let elsewhere: Api<ConfigMap> = Api::namespaced(client.clone(), "no-such-ns");
+    let no_ns = api_status(
+        elsewhere
+            .create(&PostParams::default(), &cm("c", json!({})))
+            .await
+            .expect_err("missing namespace"),
+    );
+    assert_eq!((no_ns.code, no_ns.reason.as_str()), (404, "NotFound"));
+    assert_eq!(no_ns.message, "namespaces \"no-such-ns\" not found");
+
+    // generateName.
+    let generated: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"generateName": "gen-"}})).expect("valid");
+    let made = cms
+        .create(&PostParams::default(), &generated)
+        .await
+        .expect("generateName create");
+    assert!(
+        made.name_any().starts_with("gen-") && made.name_any().len() == 9,
+        "{}",
+        made.name_any()
+    );
+
+    cms.delete("a", &DeleteParams::default())
+        .await
+        .expect("delete");
+    assert!(cms.get_opt("a").await.expect("get_opt").is_none());
+
+    let namespaces: Api<Namespace> = Api::all(client);
+    let names: Vec<String> = namespaces
+        .list(&ListParams::default())
+        .await
+        .expect("ns list")
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        assert!(names.contains(&ns.to_string()), "{names:?}");
+    }
+    sim.shutdown().await;
+}
+
+fn widget_crd() -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets", "shortNames": ["wd"]},
+            "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "required": ["size"], "properties": {
+                        "size": {"type": "integer", "minimum": 1},
+                        "color": {"type": "string", "enum": ["red", "blue"], "default": "red"}}},
+                    "status": {"type": "object", "properties": {"ready": {"type": "boolean"}}}}}}}]}
+    }))
+    .expect("valid CRD")
+}
+
+#[tokio::test]
+async fn crd_objects_are_validated_pruned_defaulted_and_removed_with_the_crd() {
+    let sim = common::start().await;
+    let client = sim.client().expect("client");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &widget_crd())
+        .await
+        .expect("create CRD");
+    let established = kube::runtime::wait::await_condition(
+        crds.clone(),
+        "widgets.example.com",
+        kube::runtime::conditions::is_crd_established(),
+    );
+    tokio::time::timeout(Duration::from_secs(5), established)
+        .await
+        .expect("established in time")
+        .expect("await");
+
+    let ar = ApiResource {
+        group: "example.com".into(),
+        version: "v1".into(),
+        api_version: "example.com/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    let widgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+    let w: DynamicObject = serde_json::from_value(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w1"}, "spec": {"size": 2, "unknown": true}, "status": {"ready": true}})).expect("valid");
+    let created = widgets
+        .create(&PostParams::default(), &w)
+        .await
+        .expect("create widget");
+    assert_eq!(
+        created.data["spec"],
+        json!({"size": 2, "color": "red"}),
+        "pruned and defaulted"
+    );
+    assert!(
+        created.data.get("status").is_none(),
+        "status is ignored on create with a status subresource"
+    );
+    assert_eq!(created.metadata.generation, Some(1));
+
+    let bad: DynamicObject =
+        serde_json::from_value(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "bad"}, "spec": {"size": 0, "color": "pink"}}))
+        .expect("valid json");
+    let err = api_status(
+        widgets
+            .create(&PostParams::default(), &bad)
+            .await
+            .expect_err("invalid"),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
+    let causes: Vec<String> = err
+        .details
+        .expect("details")
+        .causes
+        .iter()
+        .map(|c| c.field.clone())
+        .collect();
+    assert_eq!(causes, vec!["spec.color", "spec.size"]);
+    assert!(
+        widgets.get_opt("bad").await.expect("get_opt").is_none(),
+        "nothing stored"
+    );
+
+    // Status subresource: status changes leave generation alone, spec changes bump it.
+    let st = widgets
+        .patch_status(
+            "w1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"ready": true}, "spec": {"size": 9}})),
+        )
+        .await
+        .expect("patch status");
+    assert_eq!(st.data["status"]["ready"], true);
+    assert_eq!(
+        st.data["spec"]["size"], 2,
+        "the status endpoint ignores spec"
+    );
+    assert_eq!(st.metadata.generation, Some(1));
+    let sp = widgets
+        .patch(
+            "w1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": 3}, "status": {"ready": false}})),
+        )
+        .await
+        .expect("patch");
+    assert_eq!(sp.metadata.generation, Some(2));
+    assert_eq!(
+        sp.data["status"]["ready"], true,
+        "the main endpoint ignores status"
+    );
+
+    // Server-side apply with two managers.
+    let applied = widgets
+        .patch("w2", &PatchParams::apply("alice"), &Patch::Apply(json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w2", "labels": {"a": "1"}}, "spec": {"size": 1}})))
+        .await
+        .expect("apply creates");
+    assert_eq!(applied.data["spec"]["size"], 1);
+    let conflict = api_status(
+        widgets
+            .patch("w2", &PatchParams::apply("bob"), &Patch::Apply(json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w2"}, "spec": {"size": 5}})))
+            .await
+            .expect_err("conflict"),
+    );
+    assert_eq!((conflict.code, conflict.reason.as_str()), (409, "Conflict"));
+    assert!(
+        conflict.message.contains("conflict with \"alice\""),
+        "{}",
+        conflict.message
+    );
+    let forced = widgets
+        .patch("w2", &PatchParams::apply("bob").force(), &Patch::Apply(json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w2", "labels": {"b": "2"}}, "spec": {"size": 5}})))
+        .await
+        .expect("forced apply");
+    assert_eq!(forced.data["spec"]["size"], 5);
+    assert_eq!(forced.labels().len(), 2, "both managers' labels stay");
+
+    crds.delete("widgets.example.com", &DeleteParams::default())
+        .await
+        .expect("delete CRD");
+    let gone = api_status(
+        widgets
+            .list(&ListParams::default())
+            .await
+            .expect_err("resource gone"),
+    );
+    assert_eq!(gone.code, 404);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn watcher_and_reflector_stay_in_sync() {
+    let sim = common::start().await;
+    let client = sim.client().expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for i in 0..5 {
+        cms.create(
+            &PostParams::default(),
+            &cm(&format!("pre{i}"), json!({"w": "1"})),
+        )
+        .await
+        .expect("create");
+    }
+    let (reader, writer) = reflector::store::<ConfigMap>();
+    let stream = reflector(
+        writer,
+        watcher(cms.clone(), watcher::Config::default().labels("w=1")),
+    )
+    .applied_objects();
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while stream.try_next().await.is_ok_and(|o| o.is_some()) {}
+    });
+    reader.wait_until_ready().await.expect("ready");
+    for i in 0..20 {
+        cms.create(
+            &PostParams::default(),
+            &cm(&format!("live{i}"), json!({"w": "1"})),
+        )
+        .await
+        .expect("create");
+    }
+    for i in 0..5 {
+        cms.delete(&format!("pre{i}"), &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
+    // Leaving the selector is a deletion for the watcher.
+    cms.patch(
+        "live0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"w": "2"}}})),
+    )
+    .await
+    .expect("relabel");
+    cms.patch(
+        "live1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "changed"}})),
+    )
+    .await
+    .expect("update");
+    let want: Vec<String> = cms
+        .list(&ListParams::default().labels("w=1"))
+        .await
+        .expect("list")
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut have: Vec<String> = reader.state().iter().map(|c| c.name_any()).collect();
+        have.sort();
+        let changed = reader.state().iter().any(|c| {
+            c.data.as_ref().and_then(|d| d.get("k")).map(String::as_str) == Some("changed")
+        });
+        if have == want && changed {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "reflector out of sync: {have:?} vs {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(want.len(), 19);
+    task.abort();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn watch_semantics_bookmarks_initial_events_and_gone() {
+    let sim = common::start_with(kube_sim::Config {
+        history_size: 8,
+        bookmark_interval: Duration::from_millis(200),
+        ..Default::default()
+    })
+    .await;
+    let client = sim.client().expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &cm("x", json!({"sel": "yes"})))
+        .await
+        .expect("create");
+    let start_rv = cms
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("rv");
+
+    // Streaming list: initial ADDED then a BOOKMARK marking the end of initial events.
+    let mut s = cms
+        .watch(&WatchParams::streaming_lists().labels("sel=yes"), "0")
+        .await
+        .expect("watch")
+        .boxed();
+    match s.try_next().await.expect("event") {
+        Some(WatchEvent::Added(o)) => assert_eq!(o.name_any(), "x"),
+        other => panic!("expected ADDED, got {other:?}"),
+    }
+    match s.try_next().await.expect("event") {
+        Some(WatchEvent::Bookmark(b)) => assert_eq!(
+            b.metadata
+                .annotations
+                .get("k8s.io/initial-events-end")
+                .map(String::as_str),
+            Some("true")
+        ),
+        other => panic!("expected BOOKMARK, got {other:?}"),
+    }
+    // Leaving the selector is a DELETED for this watcher.
+    cms.patch(
+        "x",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"sel": "no"}}})),
+    )
+    .await
+    .expect("relabel");
+    match tokio::time::timeout(Duration::from_secs(5), s.try_next())
+        .await
+        .expect("in time")
+        .expect("event")
+    {
+        Some(WatchEvent::Deleted(o)) => assert_eq!(o.name_any(), "x"),
+        other => panic!("expected DELETED, got {other:?}"),
+    }
+    // Periodic bookmarks.
+    let mut b = cms
+        .watch(&WatchParams::default(), &start_rv)
+        .await
+        .expect("watch")
+        .boxed();
+    let mut saw_bookmark = false;
+    for _ in 0..3 {
+        if let Ok(Ok(Some(WatchEvent::Bookmark(_)))) =
+            tokio::time::timeout(Duration::from_secs(3), b.try_next()).await
+        {
+            saw_bookmark = true;
+            break;
+        }
+    }
+    assert!(saw_bookmark);
+    // Too old a resourceVersion: 410 Expired in an ERROR event.
+    for i in 0..20 {
+        cms.create(&PostParams::default(), &cm(&format!("f{i}"), json!({})))
+            .await
+            .expect("create");
+    }
+    let mut old = cms
+        .watch(&WatchParams::default(), &start_rv)
+        .await
+        .expect("watch")
+        .boxed();
+    match old.try_next().await.expect("event") {
+        Some(WatchEvent::Error(e)) => assert_eq!((e.code, e.reason.as_str()), (410, "Expired")),
+        other => panic!("expected ERROR 410, got {other:?}"),
+    }
+    // timeoutSeconds ends the stream.
+    let mut t = cms
+        .watch(&WatchParams::default().timeout(1), "")
+        .await
+        .expect("watch")
+        .boxed();
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Ok(Some(_)) = t.try_next().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "watch did not end after timeoutSeconds");
+    sim.shutdown().await;
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("reconcile failed: {0}")]
+struct ReconcileError(#[from] kube::Error);
+
+#[tokio::test]
+async fn finalizer_helper_adds_and_removes_its_finalizer() {
+    let sim = common::start().await;
+    let client = sim.client().expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &cm("guarded", json!({})))
+        .await
+        .expect("create");
+    let cleaned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let run = |obj: Arc<ConfigMap>| {
+        let cms = cms.clone();
+        let cleaned = cleaned.clone();
+        async move {
+            finalizer(&cms, "example.com/cleanup", obj, |ev| async move {
+                match ev {
+                    finalizer::Event::Apply(_) => Ok::<_, ReconcileError>(Action::await_change()),
+                    finalizer::Event::Cleanup(_) => {
+                        cleaned.store(true, std::sync::atomic::Ordering::SeqCst);
+                        Ok(Action::await_change())
+                    }
+                }
+            })
+            .await
+        }
+    };
+    run(Arc::new(cms.get("guarded").await.expect("get")))
+        .await
+        .expect("adds finalizer");
+    let with = cms.get("guarded").await.expect("get");
+    assert_eq!(with.finalizers(), ["example.com/cleanup"]);
+    run(Arc::new(with)).await.expect("apply");
+    cms.delete("guarded", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let deleting = cms
+        .get("guarded")
+        .await
+        .expect("still there while the finalizer is set");
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    run(Arc::new(deleting)).await.expect("cleanup");
+    assert!(cleaned.load(std::sync::atomic::Ordering::SeqCst));
+    assert!(
+        cms.get_opt("guarded").await.expect("get_opt").is_none(),
+        "removed once the finalizer is gone"
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn recorder_publishes_events() {
+    let sim = common::start().await;
+    let client = sim.client().expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let target = cms
+        .create(&PostParams::default(), &cm("target", json!({})))
+        .await
+        .expect("create");
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "test-controller".into(),
+            instance: None,
+        },
+    );
+    let ev = KEvent {
+        type_: EventType::Normal,
+        reason: "Tested".into(),
+        note: Some("hello".into()),
+        action: "Test".into(),
+        secondary: None,
+    };
+    recorder
+        .publish(&ev, &target.object_ref(&()))
+        .await
+        .expect("publish");
+    recorder
+        .publish(&ev, &target.object_ref(&()))
+        .await
+        .expect("publish again");
+    let events: Api<DynamicObject> = Api::namespaced_with(
+        client,
+        "default",
+        &ApiResource {
+            group: "events.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "events.k8s.io/v1".into(),
+            kind: "Event".into(),
+            plural: "events".into(),
+        },
+    );
+    let list = events
+        .list(&ListParams::default())
+        .await
+        .expect("list events");
+    assert_eq!(list.items.len(), 1, "the second publish updates the series");
+    let e = &list.items[0];
+    assert_eq!(e.data["reason"], "Tested");
+    assert_eq!(e.data["regarding"]["name"], "target");
+    assert_eq!(e.data["series"]["count"], 2);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn controller_reconciles_every_object() {
+    let sim = common::start().await;
+    let client = sim.client().expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for i in 0..5 {
+        cms.create(
+            &PostParams::default(),
+            &cm(&format!("c{i}"), json!({"managed": "yes"})),
+        )
+        .await
+        .expect("create");
+    }
+    let ctx = Arc::new(cms.clone());
+    let controller = Controller::new(
+        cms.clone(),
+        watcher::Config::default().labels("managed=yes"),
+    )
+    .shutdown_on_signal()
+    .run(
+        |obj: Arc<ConfigMap>, ctx: Arc<Api<ConfigMap>>| async move {
+            if obj.annotations().get("reconciled").is_none() {
+                ctx.patch(
+                    &obj.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"annotations": {"reconciled": "true"}}})),
+                )
+                .await?;
+            }
+            Ok::<_, ReconcileError>(Action::await_change())
+        },
+        |_, _, _| Action::requeue(Duration::from_millis(100)),
+        ctx,
+    )
+    .for_each(|_| async {});
+    let task = tokio::spawn(controller);
+    cms.create(
+        &PostParams::default(),
+        &cm("late", json!({"managed": "yes"})),
+    )
+    .await
+    .expect("create");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let list = cms
+            .list(&ListParams::default().labels("managed=yes"))
+            .await
+            .expect("list");
+        if list
+            .items
+            .iter()
+            .all(|c| c.annotations().get("reconciled").is_some())
+            && list.items.len() == 6
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "controller did not reconcile all objects"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    task.abort();
+    sim.shutdown().await;
+}
