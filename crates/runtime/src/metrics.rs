@@ -18,6 +18,28 @@ pub trait ErrorLabel {
     fn metric_label(&self) -> &'static str;
 }
 
+/// Registers `capstan_build_info{service,version} 1`, so every binary exposes at least one
+/// sample and dashboards can tell versions apart.
+pub fn register_build_info(registry: &mut Registry, service: &str, version: &str) {
+    let info = prometheus_client::metrics::info::Info::new(vec![
+        ("service".to_owned(), service.to_owned()),
+        ("version".to_owned(), version.to_owned()),
+    ]);
+    registry.register("capstan_build", "Build information", info);
+}
+
+/// Registers `capstan_leader` (1 while this replica holds the Lease or election is off, else 0)
+/// and returns the gauge to update.
+pub fn register_leader_gauge(registry: &mut Registry) -> prometheus_client::metrics::gauge::Gauge {
+    let gauge = prometheus_client::metrics::gauge::Gauge::default();
+    registry.register(
+        "capstan_leader",
+        "Whether this replica is the leader (1) or a standby (0)",
+        gauge.clone(),
+    );
+    gauge
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReconcileLabels {
     controller: String,
@@ -251,6 +273,20 @@ mod tests {
             text.contains(r#"le="+Inf",controller="nodeslo",kind="Node"} 1"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn build_info_and_leader_gauge_are_exposed() {
+        let mut registry = Registry::default();
+        register_build_info(&mut registry, "nodeslo-controller", "0.1.0");
+        let leader = register_leader_gauge(&mut registry);
+        leader.set(1);
+        let text = encode(&registry);
+        assert!(
+            text.contains(r#"capstan_build_info{service="nodeslo-controller",version="0.1.0"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains("capstan_leader 1\n"), "{text}");
     }
 
     #[test]

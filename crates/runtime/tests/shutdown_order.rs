@@ -44,6 +44,12 @@ async fn in_flight_work_finishes_before_the_admin_server_stops() {
     service.readiness().set_ready(true);
     assert!(service.leader().is_leader(), "no election: always leader");
     assert_eq!(http_get(addr, "/readyz").await.expect("readyz").status, 200);
+    let metrics = http_get(addr, "/metrics").await.expect("metrics").body;
+    assert!(
+        metrics.contains(r#"capstan_build_info{service="order-test",version="#),
+        "{metrics}"
+    );
+    assert!(metrics.contains("capstan_leader 1\n"), "{metrics}");
 
     let events = Arc::new(Mutex::new(Vec::<String>::new()));
     let record = {
@@ -125,4 +131,66 @@ async fn finish_without_a_signal_still_requests_shutdown_first() {
         was_triggered,
         "in-flight work runs after the request to stop"
     );
+}
+
+#[tokio::test]
+async fn run_keeps_controllers_going_until_shutdown_then_drains() {
+    let shutdown = Shutdown::new();
+    let service = Service::start(
+        "order-test",
+        &args(),
+        Registry::default(),
+        None,
+        shutdown.clone(),
+    )
+    .await
+    .expect("starts");
+    let addr = service.admin_addr();
+    let token = shutdown.token();
+    let controllers = async move {
+        let mut reconciles = 0_u32;
+        while !token.is_cancelled() {
+            reconciles += 1;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        reconciles
+    };
+    let trigger = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        trigger.trigger();
+    });
+    let reconciles = tokio::time::timeout(Duration::from_secs(5), service.run(controllers))
+        .await
+        .expect("returns after shutdown")
+        .expect("drains cleanly");
+    assert!(
+        reconciles >= 5,
+        "controllers ran until shutdown ({reconciles})"
+    );
+    assert!(shutdown.is_completed());
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "admin server stopped"
+    );
+}
+
+#[tokio::test]
+async fn controllers_ending_early_still_drain_the_process() {
+    let shutdown = Shutdown::new();
+    let service = Service::start(
+        "order-test",
+        &args(),
+        Registry::default(),
+        None,
+        shutdown.clone(),
+    )
+    .await
+    .expect("starts");
+    let output = tokio::time::timeout(Duration::from_secs(5), service.run(async { "watch ended" }))
+        .await
+        .expect("returns")
+        .expect("drains");
+    assert_eq!(output, "watch ended");
+    assert!(shutdown.is_triggered() && shutdown.is_completed());
 }
