@@ -1,0 +1,222 @@
+//! Helpers shared by the integration tests: in-process servers on port 0 and
+//! throw-away network namespaces for the kernel backends.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use prometheus_client::registry::Registry;
+use sidecar_shim::metrics::GrpcMetrics;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tonic::server::NamedService;
+
+/// A server running in this process; stops (and drains) when dropped.
+pub struct ServerGuard {
+    pub addr: SocketAddr,
+    pub metrics: GrpcMetrics,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+pub async fn bind_local() -> TcpListener {
+    TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0")
+}
+
+/// Serves `service` with the production stack (health, metrics layer) on `listener`.
+pub fn serve_on<S>(listener: TcpListener, service: S) -> ServerGuard
+where
+    S: tonic::codegen::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        > + NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let addr = listener.local_addr().expect("local addr");
+    let metrics = GrpcMetrics::register(&mut Registry::default());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server_metrics = metrics.clone();
+    tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        if let Err(error) = sidecar_shim::server::serve(listener, service, server_metrics, None, shutdown).await {
+            eprintln!("test server failed: {error}");
+        }
+    });
+    ServerGuard {
+        addr,
+        metrics,
+        stop: Some(stop),
+    }
+}
+
+pub async fn serve<S>(service: S) -> ServerGuard
+where
+    S: tonic::codegen::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        > + NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    serve_on(bind_local().await, service)
+}
+
+pub async fn channel(addr: SocketAddr) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect to test server")
+}
+
+/// A network namespace created for one test, deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+static NETNS_COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|line| line.starts_with("Uid:"))
+                .and_then(|line| line.split_whitespace().nth(2).map(|euid| euid == "0"))
+        })
+        .unwrap_or(false)
+}
+
+impl Netns {
+    /// Creates a namespace with `lo` up, or explains (printed) why the kernel tests skip.
+    pub fn create(test: &str) -> Option<Self> {
+        if !is_root() {
+            println!("SKIP {test}: kernel backend tests need root (to create network namespaces)");
+            return None;
+        }
+        let name = format!(
+            "capstan-t{}-{}",
+            std::process::id(),
+            NETNS_COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
+        match Command::new("ip").args(["netns", "add", &name]).output() {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => {
+                println!(
+                    "SKIP {test}: `ip netns add` failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+                return None;
+            }
+            Err(error) => {
+                println!("SKIP {test}: cannot run `ip` (iproute2): {error}");
+                return None;
+            }
+        }
+        let netns = Self { name };
+        netns.ip(&["link", "set", "lo", "up"]);
+        // No IPv6 chatter (router solicitations) on test links.
+        netns.exec(&["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"]);
+        netns.exec(&["sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1"]);
+        Some(netns)
+    }
+
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from("/run/netns").join(&self.name)
+    }
+
+    /// `ip -n NAME ARGS`, which must succeed.
+    pub fn ip(&self, args: &[&str]) -> String {
+        let mut full = vec!["-n", self.name.as_str()];
+        full.extend_from_slice(args);
+        run("ip", &full)
+    }
+
+    /// `ip netns exec NAME ARGS`, which must succeed.
+    pub fn exec(&self, args: &[&str]) -> String {
+        let mut full = vec!["netns", "exec", self.name.as_str()];
+        full.extend_from_slice(args);
+        run("ip", &full)
+    }
+
+    /// A veth pair with `local` addressed and both ends up.
+    pub fn veth(&self, name: &str, peer: &str, address: Option<&str>) {
+        self.ip(&["link", "add", name, "type", "veth", "peer", "name", peer]);
+        if let Some(address) = address {
+            self.ip(&["addr", "add", address, "dev", name]);
+        }
+        self.ip(&["link", "set", name, "up"]);
+        self.ip(&["link", "set", peer, "up"]);
+    }
+
+    /// Routes with gateways in the main table, read independently with `ip -j route`:
+    /// destination -> gateways.
+    pub fn gateway_routes(&self) -> BTreeMap<String, BTreeSet<String>> {
+        let json = self.ip(&["-j", "route", "show", "table", "main"]);
+        let routes: Vec<serde_json::Value> = serde_json::from_str(&json).expect("ip -j route is JSON");
+        let mut table = BTreeMap::new();
+        for route in routes {
+            let dst = route["dst"].as_str().unwrap_or_default().to_owned();
+            let mut gateways = BTreeSet::new();
+            if let Some(gateway) = route["gateway"].as_str() {
+                gateways.insert(gateway.to_owned());
+            }
+            if let Some(hops) = route["nexthops"].as_array() {
+                for hop in hops {
+                    if let Some(gateway) = hop["gateway"].as_str() {
+                        gateways.insert(gateway.to_owned());
+                    }
+                }
+            }
+            if !gateways.is_empty() {
+                let dst = if dst == "default" { "0.0.0.0/0".to_owned() } else { dst };
+                table.insert(dst, gateways);
+            }
+        }
+        table
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+    }
+}
+
+fn run(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program).args(args).output().expect("run command");
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// `["a", "b"]` as an owned set, for comparing route views.
+pub fn set(items: &[&str]) -> BTreeSet<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
