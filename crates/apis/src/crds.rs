@@ -199,7 +199,6 @@ fn integral_floats_to_ints(value: &mut Value) {
                 .filter(|f| n.is_f64() && f.fract() == 0.0 && f.abs() < 9.0e15)
             {
                 // Exact: |f| < 2^53, integral.
-                #[allow(clippy::cast_possible_truncation)]
                 let int = f as i64;
                 *value = Value::from(int);
             }
@@ -214,7 +213,8 @@ fn integral_floats_to_ints(value: &mut Value) {
 /// when the schema is structural). Checks the rules our generator can break: every node typed
 /// (unless int-or-string or preserve-unknown-fields), no `nullable`, no `$ref`/definitions,
 /// integer formats only `int32`/`int64`, `anyOf`/`oneOf`/`allOf`/`not` free of types and of
-/// `additionalProperties`, and `properties` not combined with `additionalProperties`.
+/// `additionalProperties`, `properties` not combined with `additionalProperties`, int-or-string
+/// nodes untyped, arrays with `items`, and `required` naming existing properties.
 pub fn structural_violations(schema: &JSONSchemaProps) -> Vec<String> {
     let mut problems = Vec::new();
     match serde_json::to_value(schema) {
@@ -268,6 +268,12 @@ fn check_node(node: &Value, path: &str, in_junctor: bool, problems: &mut Vec<Str
         }
     } else if typed.is_none() && !int_or_string && !preserve {
         problem("missing `type`");
+    }
+    if int_or_string && typed.is_some() {
+        problem("`x-kubernetes-int-or-string` with a `type`");
+    }
+    if typed.and_then(Value::as_str) == Some("array") && !obj.contains_key("items") {
+        problem("array without `items`");
     }
     if let Some(format) = obj.get("format").and_then(Value::as_str)
         && typed.and_then(Value::as_str) == Some("integer")
@@ -358,7 +364,9 @@ mod tests {
                 "e": {"x-kubernetes-int-or-string": true},
                 "f": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
                 "g": {"type": "number", "format": "double"},
-                "h": {"$ref": "#/definitions/H", "type": "object"}
+                "h": {"$ref": "#/definitions/H", "type": "object"},
+                "i": {"type": "string", "x-kubernetes-int-or-string": true},
+                "j": {"type": "array"}
             },
             "required": ["a", "zz"]
         }))
@@ -374,6 +382,8 @@ mod tests {
             ".d: missing `type`",
             ".g: number with a format",
             ".h: `$ref`",
+            ".i: `x-kubernetes-int-or-string` with a `type`",
+            ".j: array without `items`",
             "<root>: required `zz`",
         ];
         for e in expect {
