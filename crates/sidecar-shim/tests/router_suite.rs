@@ -9,7 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use capstan_proto::router::slice_router_sidecar_service_client::SliceRouterSidecarServiceClient;
-use capstan_proto::router::{ConnectionInfo, EcmpUpdateInfo, SliceGwConContext, VerifyRouteAddRequest};
+use capstan_proto::router::{
+    ConnectionInfo, EcmpUpdateInfo, SliceGwConContext, VerifyRouteAddRequest,
+};
 use common::{Netns, ServerGuard, set};
 use sidecar_shim::router::kernel::KernelRouter;
 use sidecar_shim::router::memory::MemoryRouter;
@@ -38,7 +40,12 @@ impl Harness {
             View::Memory(memory) => memory
                 .routes()
                 .into_iter()
-                .map(|(dst, hops)| (dst.to_string(), hops.iter().map(ToString::to_string).collect()))
+                .map(|(dst, hops)| {
+                    (
+                        dst.to_string(),
+                        hops.iter().map(ToString::to_string).collect(),
+                    )
+                })
                 .collect(),
         }
     }
@@ -54,7 +61,10 @@ impl Harness {
             slice_id: "red".into(),
             ..Default::default()
         };
-        let reply = self.client.update_slice_gw_connection_context(request).await?;
+        let reply = self
+            .client
+            .update_slice_gw_connection_context(request)
+            .await?;
         Ok(reply.into_inner().status_msg)
     }
 
@@ -63,7 +73,12 @@ impl Harness {
             dst_ip: dst.into(),
             nsm_ip: nsm_ip.into(),
         };
-        Ok(self.client.get_route_in_kernel(request).await?.into_inner().is_route_present)
+        Ok(self
+            .client
+            .get_route_in_kernel(request)
+            .await?
+            .into_inner()
+            .is_route_present)
     }
 
     async fn remove(&mut self, subnet: &str, nsm_ip: &str) -> Result<String, tonic::Status> {
@@ -71,7 +86,12 @@ impl Harness {
             remote_slice_gw_nsm_subnet: subnet.into(),
             nsm_ip_to_remove: nsm_ip.into(),
         };
-        Ok(self.client.update_ecmp_routes(request).await?.into_inner().status_msg)
+        Ok(self
+            .client
+            .update_ecmp_routes(request)
+            .await?
+            .into_inner()
+            .status_msg)
     }
 }
 
@@ -116,8 +136,19 @@ async fn kernel_harness(test: &str) -> Option<Harness> {
     // Client links.
     netns.veth("vl3-app", "client-app", Some("10.1.2.2/30"));
     netns.ip(&["link", "set", "vl3-app", "alias", "app-pod"]);
-    netns.ip(&["link", "add", "vl3-web", "type", "veth", "peer", "name", "client-web"]);
-    netns.ip(&["addr", "add", "10.1.3.1", "peer", "10.1.3.9", "dev", "vl3-web"]);
+    netns.ip(&[
+        "link",
+        "add",
+        "vl3-web",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "client-web",
+    ]);
+    netns.ip(&[
+        "addr", "add", "10.1.3.1", "peer", "10.1.3.9", "dev", "vl3-web",
+    ]);
     // A link with two addresses is skipped, as KubeSlice does.
     netns.veth("vl3-multi", "client-multi", Some("10.1.4.2/30"));
     netns.ip(&["addr", "add", "10.1.5.2/30", "dev", "vl3-multi"]);
@@ -126,31 +157,52 @@ async fn kernel_harness(test: &str) -> Option<Harness> {
 }
 
 async fn install_replace_shrink_delete(h: &mut Harness) {
-    assert_eq!(h.update(SUBNET, &["10.1.1.2", "10.1.1.3"]).await.expect("install"), router::CONTEXT_UPDATED);
+    assert_eq!(
+        h.update(SUBNET, &["10.1.1.2", "10.1.1.3"])
+            .await
+            .expect("install"),
+        router::CONTEXT_UPDATED
+    );
     assert_eq!(h.route(SUBNET), Some(set(&["10.1.1.2", "10.1.1.3"])));
 
     // The same set again changes nothing.
-    h.update(SUBNET, &["10.1.1.3", "10.1.1.2"]).await.expect("same set");
+    h.update(SUBNET, &["10.1.1.3", "10.1.1.2"])
+        .await
+        .expect("same set");
     assert_eq!(h.route(SUBNET), Some(set(&["10.1.1.2", "10.1.1.3"])));
 
-    h.update(SUBNET, &["10.1.1.3", "10.1.1.4"]).await.expect("replace");
+    h.update(SUBNET, &["10.1.1.3", "10.1.1.4"])
+        .await
+        .expect("replace");
     assert_eq!(h.route(SUBNET), Some(set(&["10.1.1.3", "10.1.1.4"])));
 
     h.update(SUBNET, &["10.1.1.4"]).await.expect("shrink");
     assert_eq!(h.route(SUBNET), Some(set(&["10.1.1.4"])));
 
-    h.update(SUBNET, &["10.1.1.2", "10.1.1.3", "10.1.1.4"]).await.expect("grow");
-    assert_eq!(h.route(SUBNET), Some(set(&["10.1.1.2", "10.1.1.3", "10.1.1.4"])));
+    h.update(SUBNET, &["10.1.1.2", "10.1.1.3", "10.1.1.4"])
+        .await
+        .expect("grow");
+    assert_eq!(
+        h.route(SUBNET),
+        Some(set(&["10.1.1.2", "10.1.1.3", "10.1.1.4"]))
+    );
 
     // Host bits are ignored, as Go's net.ParseCIDR does.
-    h.update("10.2.9.9/16", &["10.1.1.2"]).await.expect("non-canonical subnet");
+    h.update("10.2.9.9/16", &["10.1.1.2"])
+        .await
+        .expect("non-canonical subnet");
     assert_eq!(h.route(SUBNET), Some(set(&["10.1.1.2"])));
 
     // A second subnet is independent.
-    h.update("10.3.0.0/16", &["10.1.1.3"]).await.expect("second subnet");
+    h.update("10.3.0.0/16", &["10.1.1.3"])
+        .await
+        .expect("second subnet");
     assert_eq!(h.route("10.3.0.0/16"), Some(set(&["10.1.1.3"])));
 
-    assert_eq!(h.update(SUBNET, &[]).await.expect("delete"), router::CONTEXT_UPDATED);
+    assert_eq!(
+        h.update(SUBNET, &[]).await.expect("delete"),
+        router::CONTEXT_UPDATED
+    );
     assert_eq!(h.route(SUBNET), None);
     h.update(SUBNET, &[]).await.expect("delete again is fine");
     assert_eq!(h.route(SUBNET), None);
@@ -159,23 +211,45 @@ async fn install_replace_shrink_delete(h: &mut Harness) {
 
 async fn get_route_in_kernel(h: &mut Harness) {
     assert!(!h.present(SUBNET, "10.1.1.2").await.expect("no route yet"));
-    h.update(SUBNET, &["10.1.1.2", "10.1.1.3"]).await.expect("install");
+    h.update(SUBNET, &["10.1.1.2", "10.1.1.3"])
+        .await
+        .expect("install");
     assert!(h.present(SUBNET, "10.1.1.2").await.expect("query"));
     assert!(h.present(SUBNET, "10.1.1.3").await.expect("query"));
     assert!(!h.present(SUBNET, "10.1.1.4").await.expect("query"));
-    assert!(h.present("10.2.7.7/16", "10.1.1.2").await.expect("canonical dst"));
-    assert!(!h.present("10.2.0.0/24", "10.1.1.2").await.expect("other prefix length"));
-    assert!(!h.present("10.9.0.0/16", "10.1.1.2").await.expect("other subnet"));
+    assert!(
+        h.present("10.2.7.7/16", "10.1.1.2")
+            .await
+            .expect("canonical dst")
+    );
+    assert!(
+        !h.present("10.2.0.0/24", "10.1.1.2")
+            .await
+            .expect("other prefix length")
+    );
+    assert!(
+        !h.present("10.9.0.0/16", "10.1.1.2")
+            .await
+            .expect("other subnet")
+    );
 }
 
 async fn ecmp_removal(h: &mut Harness) {
-    h.update(SUBNET, &["10.1.1.2", "10.1.1.3", "10.1.1.4"]).await.expect("install");
+    h.update(SUBNET, &["10.1.1.2", "10.1.1.3", "10.1.1.4"])
+        .await
+        .expect("install");
 
-    assert_eq!(h.remove(SUBNET, "10.1.1.3").await.expect("remove one"), router::ECMP_UPDATED);
+    assert_eq!(
+        h.remove(SUBNET, "10.1.1.3").await.expect("remove one"),
+        router::ECMP_UPDATED
+    );
     assert_eq!(h.route(SUBNET), Some(set(&["10.1.1.2", "10.1.1.4"])));
     assert!(!h.present(SUBNET, "10.1.1.3").await.expect("query"));
 
-    assert_eq!(h.remove(SUBNET, "10.1.1.9").await.expect("absent hop"), router::ECMP_UPDATED);
+    assert_eq!(
+        h.remove(SUBNET, "10.1.1.9").await.expect("absent hop"),
+        router::ECMP_UPDATED
+    );
     assert_eq!(h.route(SUBNET), Some(set(&["10.1.1.2", "10.1.1.4"])));
 
     h.remove(SUBNET, "10.1.1.2").await.expect("remove another");
@@ -184,7 +258,10 @@ async fn ecmp_removal(h: &mut Harness) {
     h.remove(SUBNET, "10.1.1.4").await.expect("remove the last");
     assert_eq!(h.route(SUBNET), None);
 
-    assert_eq!(h.remove(SUBNET, "10.1.1.4").await.expect("route gone"), router::ECMP_UPDATED);
+    assert_eq!(
+        h.remove(SUBNET, "10.1.1.4").await.expect("route gone"),
+        router::ECMP_UPDATED
+    );
     assert_eq!(h.route(SUBNET), None);
 }
 
@@ -203,17 +280,61 @@ async fn invalid_requests_change_nothing(h: &mut Harness) {
     let before = h.routes();
 
     let cases: Vec<(&str, Result<String, tonic::Status>, &str)> = vec![
-        ("ctx: empty subnet", h.update("", &["10.1.1.3"]).await, router::INVALID_SUBNET),
-        ("ctx: subnet without prefix", h.update("10.2.0.0", &["10.1.1.3"]).await, router::INVALID_SUBNET),
-        ("ctx: prefix too long", h.update("10.2.0.0/33", &["10.1.1.3"]).await, router::INVALID_SUBNET),
-        ("ctx: garbage subnet", h.update("subnet", &[]).await, router::INVALID_SUBNET),
-        ("ctx: bad peer IP", h.update(SUBNET, &["10.1.1.3", "10.1.1"]).await, router::INVALID_PEER_IP),
-        ("ctx: empty peer IP", h.update(SUBNET, &[""]).await, router::INVALID_PEER_IP),
-        ("ctx: IPv6 hop for IPv4 subnet", h.update(SUBNET, &["fd00::2"]).await, router::INVALID_PEER_IP),
-        ("ecmp: empty subnet", h.remove("", "10.1.1.2").await, router::INVALID_SUBNET),
-        ("ecmp: bad subnet", h.remove("10.2.0.0/x", "10.1.1.2").await, router::INVALID_SUBNET),
-        ("ecmp: empty nsm ip", h.remove(SUBNET, "").await, router::INVALID_NSM_IP_TO_REMOVE),
-        ("ecmp: bad nsm ip", h.remove(SUBNET, "10.1.1.").await, router::INVALID_NSM_IP_TO_REMOVE),
+        (
+            "ctx: empty subnet",
+            h.update("", &["10.1.1.3"]).await,
+            router::INVALID_SUBNET,
+        ),
+        (
+            "ctx: subnet without prefix",
+            h.update("10.2.0.0", &["10.1.1.3"]).await,
+            router::INVALID_SUBNET,
+        ),
+        (
+            "ctx: prefix too long",
+            h.update("10.2.0.0/33", &["10.1.1.3"]).await,
+            router::INVALID_SUBNET,
+        ),
+        (
+            "ctx: garbage subnet",
+            h.update("subnet", &[]).await,
+            router::INVALID_SUBNET,
+        ),
+        (
+            "ctx: bad peer IP",
+            h.update(SUBNET, &["10.1.1.3", "10.1.1"]).await,
+            router::INVALID_PEER_IP,
+        ),
+        (
+            "ctx: empty peer IP",
+            h.update(SUBNET, &[""]).await,
+            router::INVALID_PEER_IP,
+        ),
+        (
+            "ctx: IPv6 hop for IPv4 subnet",
+            h.update(SUBNET, &["fd00::2"]).await,
+            router::INVALID_PEER_IP,
+        ),
+        (
+            "ecmp: empty subnet",
+            h.remove("", "10.1.1.2").await,
+            router::INVALID_SUBNET,
+        ),
+        (
+            "ecmp: bad subnet",
+            h.remove("10.2.0.0/x", "10.1.1.2").await,
+            router::INVALID_SUBNET,
+        ),
+        (
+            "ecmp: empty nsm ip",
+            h.remove(SUBNET, "").await,
+            router::INVALID_NSM_IP_TO_REMOVE,
+        ),
+        (
+            "ecmp: bad nsm ip",
+            h.remove(SUBNET, "10.1.1.").await,
+            router::INVALID_NSM_IP_TO_REMOVE,
+        ),
     ];
     for (case, result, message) in cases {
         let status = result.expect_err(case);
@@ -230,10 +351,18 @@ async fn invalid_requests_change_nothing(h: &mut Harness) {
     ];
     for (dst, nsm, message) in queries {
         let status = h.present(dst, nsm).await.expect_err("invalid query");
-        assert_eq!((status.code(), status.message()), (Code::InvalidArgument, message), "{dst:?} {nsm:?}");
+        assert_eq!(
+            (status.code(), status.message()),
+            (Code::InvalidArgument, message),
+            "{dst:?} {nsm:?}"
+        );
     }
 
-    assert_eq!(h.routes(), before, "invalid requests must not change routes");
+    assert_eq!(
+        h.routes(),
+        before,
+        "invalid requests must not change routes"
+    );
 }
 
 macro_rules! both_backends {
@@ -282,7 +411,11 @@ async fn kernel_failure_is_internal_and_changes_nothing() {
         .await
         .expect_err("10.99.0.1 is not reachable from any link");
     assert_eq!(status.code(), Code::Internal);
-    assert!(status.message().contains("10.99.0.1"), "reason names the hop: {}", status.message());
+    assert!(
+        status.message().contains("10.99.0.1"),
+        "reason names the hop: {}",
+        status.message()
+    );
     assert_eq!(h.route(SUBNET), Some(set(&["10.1.1.2"])));
 }
 
@@ -292,8 +425,12 @@ async fn kernel_reads_routes_installed_by_others() {
     let Some(mut h) = kernel_harness("kernel_reads_routes_installed_by_others").await else {
         return;
     };
-    let View::Kernel(netns) = &h.view else { unreachable!("kernel harness") };
-    netns.ip(&["route", "add", SUBNET, "nexthop", "via", "10.1.1.2", "nexthop", "via", "10.1.1.3"]);
+    let View::Kernel(netns) = &h.view else {
+        unreachable!("kernel harness")
+    };
+    netns.ip(&[
+        "route", "add", SUBNET, "nexthop", "via", "10.1.1.2", "nexthop", "via", "10.1.1.3",
+    ]);
     assert!(h.present(SUBNET, "10.1.1.3").await.expect("query"));
     h.remove(SUBNET, "10.1.1.2").await.expect("remove");
     assert_eq!(h.route(SUBNET), Some(set(&["10.1.1.3"])));

@@ -31,7 +31,9 @@ impl Drop for ServerGuard {
 }
 
 pub async fn bind_local() -> TcpListener {
-    TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0")
+    TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0")
 }
 
 /// Serves `service` with the production stack (health, metrics layer) on `listener`.
@@ -56,7 +58,9 @@ where
         let shutdown = async move {
             let _ = stopped.await;
         };
-        if let Err(error) = sidecar_shim::server::serve(listener, service, server_metrics, None, shutdown).await {
+        if let Err(error) =
+            sidecar_shim::server::serve(listener, service, server_metrics, None, shutdown).await
+        {
             eprintln!("test server failed: {error}");
         }
     });
@@ -176,7 +180,8 @@ impl Netns {
     /// destination -> gateways.
     pub fn gateway_routes(&self) -> BTreeMap<String, BTreeSet<String>> {
         let json = self.ip(&["-j", "route", "show", "table", "main"]);
-        let routes: Vec<serde_json::Value> = serde_json::from_str(&json).expect("ip -j route is JSON");
+        let routes: Vec<serde_json::Value> =
+            serde_json::from_str(&json).expect("ip -j route is JSON");
         let mut table = BTreeMap::new();
         for route in routes {
             let dst = route["dst"].as_str().unwrap_or_default().to_owned();
@@ -192,7 +197,11 @@ impl Netns {
                 }
             }
             if !gateways.is_empty() {
-                let dst = if dst == "default" { "0.0.0.0/0".to_owned() } else { dst };
+                let dst = if dst == "default" {
+                    "0.0.0.0/0".to_owned()
+                } else {
+                    dst
+                };
                 table.insert(dst, gateways);
             }
         }
@@ -202,12 +211,17 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
     }
 }
 
 fn run(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program).args(args).output().expect("run command");
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .expect("run command");
     assert!(
         out.status.success(),
         "{program} {args:?} failed: {}",
