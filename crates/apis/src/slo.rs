@@ -34,6 +34,8 @@ pub const CONFIG_KEY_CPU_BURST: &str = "cpu-burst-config";
 pub const CONFIG_KEY_SYSTEM: &str = "system-config";
 /// ConfigMap key for `hostApplications`.
 pub const CONFIG_KEY_HOST_APPLICATION: &str = "host-application-config";
+/// Event reason (Warning, on the ConfigMap) when a config key does not parse.
+pub const EVENT_REASON_CONFIG_UNMARSHAL_FAILED: &str = "SLOCfgUnmarshalFailed";
 /// Node annotation whose quantity overrides `systemStrategy.totalNetworkBandwidth`.
 pub const ANNOTATION_NETWORK_BANDWIDTH: &str = "node.koordinator.sh/network-bandwidth";
 
