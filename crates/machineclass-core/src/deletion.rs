@@ -122,6 +122,17 @@ pub fn record_step(step: DeletionStep, prefix: Option<&str>) -> StatusChange {
     ))
 }
 
+/// The status recording that `step` failed and will be retried (its marker stays, so the flow
+/// resumes at the same step).
+pub fn record_step_failure(step: DeletionStep, message: &str, code: Option<&str>) -> StatusChange {
+    let mut change = record_step(step, Some(message));
+    if let Some(op) = change.operation.as_mut() {
+        op.state = MachineState::Failed;
+        op.error_code = code.map(str::to_owned);
+    }
+    change
+}
+
 /// How to drain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DrainMode {
@@ -225,6 +236,22 @@ mod tests {
         }
         m.status = Some(status);
         assert_eq!(current_step(&m), DeletionStep::SetTerminating);
+    }
+
+    #[test]
+    fn a_failed_step_resumes_at_itself() {
+        let failed = record_step_failure(
+            DeletionStep::DeleteVm,
+            "Cloud provider message - down",
+            Some("Unavailable"),
+        );
+        assert_eq!(
+            current_step(&machine_after(Some(&failed))),
+            DeletionStep::DeleteVm
+        );
+        let op = failed.operation.expect("op");
+        assert_eq!(op.state, MachineState::Failed);
+        assert_eq!(op.error_code.as_deref(), Some("Unavailable"));
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod class;
 pub mod deletion;
 pub mod driver_error;
 pub mod health;
+pub mod index;
 pub mod meta;
 pub mod node_template;
 pub mod secret;
