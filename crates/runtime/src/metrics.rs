@@ -18,6 +18,31 @@ pub trait ErrorLabel {
     fn metric_label(&self) -> &'static str;
 }
 
+/// Labels for Kubernetes client errors, by API status code or failure class.
+impl ErrorLabel for kube::Error {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            kube::Error::Api(status) => match status.code {
+                400 => "bad_request",
+                401 | 403 => "forbidden",
+                404 => "not_found",
+                409 if status.reason == "AlreadyExists" => "already_exists",
+                409 => "conflict",
+                410 => "gone",
+                422 => "invalid",
+                429 => "throttled",
+                500..=599 => "api_server_error",
+                _ => "api_error",
+            },
+            kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::HttpError(_) => {
+                "transport"
+            }
+            kube::Error::SerdeError(_) | kube::Error::FromUtf8(_) => "decode",
+            _ => "kube_client",
+        }
+    }
+}
+
 /// Registers `capstan_build_info{service,version} 1`, so every binary exposes at least one
 /// sample and dashboards can tell versions apart.
 pub fn register_build_info(registry: &mut Registry, service: &str, version: &str) {
@@ -273,6 +298,28 @@ mod tests {
             text.contains(r#"le="+Inf",controller="nodeslo",kind="Node"} 1"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn kube_errors_get_stable_labels() {
+        let api = |code, reason: &str| {
+            kube::Error::Api(
+                kube::core::Status::failure("message", reason)
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        assert_eq!(api(409, "Conflict").metric_label(), "conflict");
+        assert_eq!(api(409, "AlreadyExists").metric_label(), "already_exists");
+        assert_eq!(api(404, "NotFound").metric_label(), "not_found");
+        assert_eq!(api(422, "Invalid").metric_label(), "invalid");
+        assert_eq!(
+            api(503, "ServiceUnavailable").metric_label(),
+            "api_server_error"
+        );
+        assert_eq!(api(418, "Teapot").metric_label(), "api_error");
+        let decode = serde_json::from_str::<u8>("x").expect_err("not a number");
+        assert_eq!(kube::Error::SerdeError(decode).metric_label(), "decode");
     }
 
     #[test]
