@@ -751,7 +751,17 @@ impl Cluster {
         match result {
             Ok(()) => {}
             Err(PatchError::Malformed(m)) => return Err(ApiError::bad_request(m)),
-            Err(PatchError::Failed(m)) => return Err(ApiError::new(422, "Invalid", m)),
+            // kube-apiserver's errors.NewGenericServerResponse(422, ...) for a patch that does not apply.
+            Err(PatchError::Failed(m)) => {
+                return Err(ApiError::new(
+                    422,
+                    "Invalid",
+                    "the server rejected our request due to an error in our request",
+                )
+                .with_details(
+                    json!({"causes": [{"reason": "UnexpectedServerResponse", "message": m}]}),
+                ));
+            }
         }
         if meta(&doc)["name"].as_str() != Some(name) {
             return Err(ApiError::bad_request(format!(

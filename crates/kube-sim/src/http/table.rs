@@ -97,7 +97,12 @@ fn column_definition(
 fn cell(obj: &Value, col: &PrinterColumn, now: i64) -> Value {
     let values = json_path(obj, &col.json_path);
     let Some(first) = values.first() else {
-        return Value::Null;
+        // A missing map has no keys.
+        return if col.json_path.ends_with(".#count") {
+            json!(0)
+        } else {
+            Value::Null
+        };
     };
     if col.type_ == "date"
         && let Some(t) = first.as_str().and_then(util::parse_rfc3339)
