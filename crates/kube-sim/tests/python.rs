@@ -1,0 +1,35 @@
+//! kube-sim through the Python `kubernetes` client (skipped with a message when it is not installed).
+
+mod common;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_client_lists_with_selectors_and_watches_from_a_resource_version() {
+    let has_module = std::process::Command::new("python3")
+        .args(["-c", "import kubernetes"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_module {
+        eprintln!(
+            "SKIPPED: the Python 'kubernetes' module is missing; `pip install kubernetes` to run this test"
+        );
+        return;
+    }
+    let sim = common::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/list_watch.py");
+    let out = tokio::process::Command::new("python3")
+        .arg(script)
+        .arg(&kubeconfig)
+        .output()
+        .await
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "python client test failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sim.shutdown().await;
+}
