@@ -7,8 +7,41 @@
 //! shares its pod's namespace.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::backend::BackendError;
+
+/// An rtnetlink connection used one request at a time: the kernel answers a second
+/// dump on a socket while the first is still running with EBUSY.
+#[derive(Debug, Clone)]
+pub struct Netlink {
+    handle: rtnetlink::Handle,
+    serial: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// Exclusive use of the connection until dropped.
+#[derive(Debug)]
+pub struct NetlinkGuard<'a> {
+    _serial: tokio::sync::MutexGuard<'a, ()>,
+    pub handle: &'a rtnetlink::Handle,
+}
+
+impl Netlink {
+    /// Connects in the namespace at `netns`, or in the caller's own (see [`connect`]).
+    pub fn connect(netns: Option<&Path>) -> Result<Self, BackendError> {
+        Ok(Self {
+            handle: connect(netns)?,
+            serial: Arc::default(),
+        })
+    }
+
+    pub async fn lock(&self) -> NetlinkGuard<'_> {
+        NetlinkGuard {
+            _serial: self.serial.lock().await,
+            handle: &self.handle,
+        }
+    }
+}
 
 /// Opens an rtnetlink connection in the namespace at `netns` (e.g. `/run/netns/NAME`),
 /// or in the caller's own namespace, and drives it on the current Tokio runtime.

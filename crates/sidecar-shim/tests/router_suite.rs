@@ -365,6 +365,52 @@ async fn invalid_requests_change_nothing(h: &mut Harness) {
     );
 }
 
+/// Many calls at once: reads never see a half-applied change and netlink requests
+/// do not trip over each other.
+async fn concurrent_calls(h: &mut Harness) {
+    h.update(SUBNET, &["10.1.1.2", "10.1.1.3"])
+        .await
+        .expect("install");
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..48 {
+        let mut client = h.client.clone();
+        calls.spawn(async move {
+            if i % 4 == 0 {
+                let hops = if i % 8 == 0 {
+                    vec!["10.1.1.2".to_owned(), "10.1.1.3".to_owned()]
+                } else {
+                    vec!["10.1.1.3".to_owned(), "10.1.1.2".to_owned()]
+                };
+                let request = SliceGwConContext {
+                    remote_slice_gw_nsm_subnet: SUBNET.into(),
+                    local_nsm_gw_peer_ip_list: hops,
+                    ..Default::default()
+                };
+                client
+                    .update_slice_gw_connection_context(request)
+                    .await
+                    .map(|_| true)
+            } else {
+                let request = VerifyRouteAddRequest {
+                    dst_ip: SUBNET.into(),
+                    nsm_ip: "10.1.1.2".into(),
+                };
+                client
+                    .get_route_in_kernel(request)
+                    .await
+                    .map(|r| r.into_inner().is_route_present)
+            }
+        });
+    }
+    while let Some(result) = calls.join_next().await {
+        assert!(
+            result.expect("task").expect("call succeeds"),
+            "route present throughout"
+        );
+    }
+    assert_eq!(h.route(SUBNET), Some(set(&["10.1.1.2", "10.1.1.3"])));
+}
+
 macro_rules! both_backends {
     ($($scenario:ident),* $(,)?) => {
         mod memory {
@@ -396,6 +442,7 @@ both_backends!(
     ecmp_removal,
     connection_info,
     invalid_requests_change_nothing,
+    concurrent_calls,
 );
 
 /// Kernel only: an unreachable next hop is an `Internal` error with the kernel's

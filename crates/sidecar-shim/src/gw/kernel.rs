@@ -16,6 +16,7 @@ use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute};
 use super::tunnel::{Counters, TunnelHealth, TunnelTracker};
 use super::{GatewayRoute, GwBackend, NSM_INTERFACE};
 use crate::backend::BackendError;
+use crate::netns::Netlink;
 use crate::router::kernel::{LinkAddress, link_address_v4, route_message};
 
 /// Interfaces whose name starts with this are tunnel interfaces.
@@ -24,7 +25,7 @@ pub const TUNNEL_PREFIX: &str = "tun";
 /// The kernel backend. Dropping it stops its monitor task.
 #[derive(Debug)]
 pub struct KernelGw {
-    handle: Handle,
+    netlink: Netlink,
     tracker: Arc<Mutex<TunnelTracker>>,
     monitor: tokio::task::JoinHandle<()>,
 }
@@ -45,11 +46,11 @@ impl KernelGw {
     /// Connects to the kernel (in the namespace at `netns`, or this process's own) and
     /// starts checking the tunnel every `check_interval`.
     pub fn connect(netns: Option<&Path>, check_interval: Duration) -> Result<Self, BackendError> {
-        let handle = crate::netns::connect(netns)?;
+        let netlink = Netlink::connect(netns)?;
         let tracker = Arc::new(Mutex::new(TunnelTracker::new()));
-        let monitor = tokio::spawn(monitor(handle.clone(), tracker.clone(), check_interval));
+        let monitor = tokio::spawn(monitor(netlink.clone(), tracker.clone(), check_interval));
         Ok(Self {
-            handle,
+            netlink,
             tracker,
             monitor,
         })
@@ -62,10 +63,6 @@ impl KernelGw {
         } else {
             TunnelHealth::default()
         }
-    }
-
-    async fn addresses(&self, index: u32) -> Result<Vec<LinkAddress>, BackendError> {
-        addresses(&self.handle, index).await
     }
 }
 
@@ -122,12 +119,12 @@ async fn tunnel_link(handle: &Handle) -> Result<Option<TunnelLink>, BackendError
     Ok(tunnels.into_iter().next())
 }
 
-async fn monitor(handle: Handle, tracker: Arc<Mutex<TunnelTracker>>, every: Duration) {
+async fn monitor(netlink: Netlink, tracker: Arc<Mutex<TunnelTracker>>, every: Duration) {
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let sample = tunnel_link(&handle).await;
+        let sample = tunnel_link(netlink.lock().await.handle).await;
         let mut tracker = tracker.lock().unwrap_or_else(PoisonError::into_inner);
         match sample {
             Ok(Some(link)) => {
@@ -143,14 +140,15 @@ async fn monitor(handle: Handle, tracker: Arc<Mutex<TunnelTracker>>, every: Dura
 #[tonic::async_trait]
 impl GwBackend for KernelGw {
     async fn nsm_ip(&self) -> Result<String, BackendError> {
-        let links = links(&self.handle).await?;
+        let netlink = self.netlink.lock().await;
+        let links = links(netlink.handle).await?;
         let Some(nsm) = links
             .iter()
             .find(|link| link_name(link) == Some(NSM_INTERFACE))
         else {
             return Ok(String::new());
         };
-        let addresses = self.addresses(nsm.header.index).await?;
+        let addresses = addresses(netlink.handle, nsm.header.index).await?;
         Ok(addresses
             .first()
             .map(|a| a.local.to_string())
@@ -158,13 +156,17 @@ impl GwBackend for KernelGw {
     }
 
     async fn tunnel_status(&self) -> Result<TunnelInterfaceStatus, BackendError> {
-        let Some(link) = tunnel_link(&self.handle).await? else {
+        let netlink = self.netlink.lock().await;
+        let Some(link) = tunnel_link(netlink.handle).await? else {
             return Ok(TunnelInterfaceStatus {
                 status: TunnelStatusType::GwTunnelStateDown as i32,
                 ..Default::default()
             });
         };
-        let address = self.addresses(link.index).await?.into_iter().next();
+        let address = addresses(netlink.handle, link.index)
+            .await?
+            .into_iter()
+            .next();
         let health = self.health_of(&link.name);
         Ok(TunnelInterfaceStatus {
             net_interface: link.name,
@@ -191,7 +193,9 @@ impl GwBackend for KernelGw {
         message
             .attributes
             .push(RouteAttribute::Gateway(RouteAddress::from(route.via)));
-        self.handle
+        let netlink = self.netlink.lock().await;
+        netlink
+            .handle
             .route()
             .add(message)
             .replace()

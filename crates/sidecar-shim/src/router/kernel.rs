@@ -11,11 +11,12 @@ use rtnetlink::packet_route::link::{LinkAttribute, LinkMessage};
 use rtnetlink::packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
-use rtnetlink::{Handle, RouteMessageBuilder, RouteNextHopBuilder};
+use rtnetlink::{RouteMessageBuilder, RouteNextHopBuilder};
 
 use super::{NextHops, RouterBackend};
 use crate::backend::BackendError;
 use crate::net::Cidr;
+use crate::netns::Netlink;
 
 /// Links whose clients `GetSliceRouterClientConnectionInfo` reports.
 pub const CLIENT_LINK_PREFIX: &str = "vl3-";
@@ -27,14 +28,14 @@ const ESRCH: i32 = 3;
 /// The kernel backend.
 #[derive(Debug, Clone)]
 pub struct KernelRouter {
-    handle: Handle,
+    netlink: Netlink,
 }
 
 impl KernelRouter {
     /// Connects to the kernel in the namespace at `netns`, or in this process's own.
     pub fn connect(netns: Option<&Path>) -> Result<Self, BackendError> {
         Ok(Self {
-            handle: crate::netns::connect(netns)?,
+            netlink: Netlink::connect(netns)?,
         })
     }
 
@@ -44,7 +45,8 @@ impl KernelRouter {
         } else {
             RouteMessageBuilder::<Ipv6Addr>::new().build()
         };
-        let routes: Vec<RouteMessage> = self
+        let netlink = self.netlink.lock().await;
+        let routes: Vec<RouteMessage> = netlink
             .handle
             .route()
             .get(query)
@@ -160,7 +162,9 @@ impl RouterBackend for KernelRouter {
         }
         let mut message = route_message(dst)?;
         message.attributes.push(RouteAttribute::MultiPath(hops));
-        self.handle
+        let netlink = self.netlink.lock().await;
+        netlink
+            .handle
             .route()
             .add(message)
             .replace()
@@ -173,12 +177,13 @@ impl RouterBackend for KernelRouter {
 
     async fn delete_route(&self, dst: Cidr) -> Result<(), BackendError> {
         // A route may exist more than once (different metrics); delete until none is left.
+        let netlink = self.netlink.lock().await;
         for _ in 0..16 {
             let mut message = route_message(dst)?;
             // Match any protocol and scope, like `ip route del`.
             message.header.protocol = RouteProtocol::Unspec;
             message.header.scope = RouteScope::NoWhere;
-            match self.handle.route().del(message).execute().await {
+            match netlink.handle.route().del(message).execute().await {
                 Ok(()) => continue,
                 Err(rtnetlink::Error::NetlinkError(error)) if error.raw_code().abs() == ESRCH => {
                     return Ok(());
@@ -196,7 +201,8 @@ impl RouterBackend for KernelRouter {
     }
 
     async fn connections(&self) -> Result<Vec<ConnectionInfo>, BackendError> {
-        let links: Vec<LinkMessage> = self.handle.link().get().execute().try_collect().await?;
+        let netlink = self.netlink.lock().await;
+        let links: Vec<LinkMessage> = netlink.handle.link().get().execute().try_collect().await?;
         let mut connections = Vec::new();
         for link in links {
             let mut name = None;
@@ -211,7 +217,7 @@ impl RouterBackend for KernelRouter {
             let Some(name) = name.filter(|name| name.starts_with(CLIENT_LINK_PREFIX)) else {
                 continue;
             };
-            let addresses: Vec<AddressMessage> = self
+            let addresses: Vec<AddressMessage> = netlink
                 .handle
                 .address()
                 .get()
