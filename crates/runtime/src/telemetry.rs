@@ -114,6 +114,14 @@ pub fn trace_id() -> Option<String> {
         .then(|| span_context.trace_id().to_string())
 }
 
+/// Records the current trace id into the current span's `trace_id` field (declare it as
+/// `trace_id = tracing::field::Empty` on the reconcile span). Does nothing when not tracing.
+pub fn record_trace_id() {
+    if let Some(id) = trace_id() {
+        tracing::Span::current().record("trace_id", tracing::field::display(id));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +157,54 @@ mod tests {
                 Some(id.as_str()),
                 "a new root, a new trace"
             );
+        });
+    }
+
+    #[test]
+    fn record_trace_id_fills_the_span_field() {
+        use std::sync::{Arc, Mutex};
+        use tracing_subscriber::field::Visit;
+
+        /// Captures values recorded after span creation.
+        #[derive(Clone, Default)]
+        struct Recorded(Arc<Mutex<Vec<(String, String)>>>);
+        impl<S: tracing::Subscriber> Layer<S> for Recorded {
+            fn on_record(
+                &self,
+                _id: &tracing::span::Id,
+                values: &tracing::span::Record<'_>,
+                _ctx: tracing_subscriber::layer::Context<'_, S>,
+            ) {
+                struct Fields<'a>(&'a Mutex<Vec<(String, String)>>);
+                impl Visit for Fields<'_> {
+                    fn record_debug(
+                        &mut self,
+                        field: &tracing::field::Field,
+                        value: &dyn std::fmt::Debug,
+                    ) {
+                        self.0
+                            .lock()
+                            .expect("not poisoned")
+                            .push((field.name().to_owned(), format!("{value:?}")));
+                    }
+                }
+                values.record(&mut Fields(&self.0));
+            }
+        }
+
+        let recorded = Recorded::default();
+        let provider = SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")))
+            .with(recorded.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("reconcile", trace_id = tracing::field::Empty);
+            let id = span.in_scope(|| {
+                record_trace_id();
+                trace_id().expect("traced")
+            });
+            let fields = recorded.0.lock().expect("not poisoned").clone();
+            assert!(fields.contains(&("trace_id".to_owned(), id)), "{fields:?}");
         });
     }
 

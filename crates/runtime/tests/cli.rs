@@ -237,3 +237,27 @@ users:
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn kube_client_merges_a_kubeconfig_path_list() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clusters = dir.path().join("clusters");
+    let users = dir.path().join("users");
+    // The current context is named in the first file and defined in the second: only a merge
+    // resolves it.
+    std::fs::write(
+        &clusters,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: http://127.0.0.1:1\ncurrent-context: hub\n",
+    )
+    .expect("writes");
+    std::fs::write(
+        &users,
+        "apiVersion: v1\nkind: Config\ncontexts:\n- name: hub\n  context:\n    cluster: hub\n    user: admin\n    namespace: kubeslice-demo\nusers:\n- name: admin\n  user:\n    token: t\n",
+    )
+    .expect("writes");
+    let list = std::env::join_paths([&clusters, &users]).expect("joinable");
+    let mut args = parse(&[]).expect("parses");
+    args.kubeconfig = Some(list.into());
+    let client = args.kube_client().await.expect("merged kubeconfig");
+    assert_eq!(client.default_namespace(), "kubeslice-demo");
+}
