@@ -1,7 +1,8 @@
 //! What every Capstan binary shares: CLI conventions ([`cli`]), logs and traces ([`telemetry`]),
 //! Prometheus metrics ([`metrics`]), the admin HTTP server with `/metrics`, `/livez` and `/readyz`
 //! ([`admin`]), per-object retry backoff ([`backoff`]), leader election on a Lease ([`leader`]) and
-//! graceful shutdown ([`shutdown`], [`service`]).
+//! graceful shutdown ([`shutdown`], [`service`]), and a keyed work queue for controllers whose
+//! reconcile key is not one cached object ([`workqueue`]).
 //!
 //! A binary wires them in this order: parse [`cli::CommonArgs`], [`telemetry::init`], register
 //! metrics on a `prometheus_client` registry, [`service::Service::start`] (admin server + leader
@@ -19,6 +20,7 @@ pub mod shutdown;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod workqueue;
 
 pub use error::RuntimeError;
 pub use metrics::ErrorLabel;

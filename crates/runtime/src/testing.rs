@@ -76,6 +76,8 @@ pub struct BinaryUnderTest {
     child: Child,
     admin_addr: SocketAddr,
     output: Arc<Mutex<Vec<String>>>,
+    /// The stdout/stderr readers; awaited after exit so the last lines are in `output`.
+    captures: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl BinaryUnderTest {
@@ -106,11 +108,16 @@ impl BinaryUnderTest {
 
         let output = Arc::new(Mutex::new(Vec::new()));
         let (lines_tx, mut lines_rx) = mpsc::unbounded_channel();
+        let mut captures = Vec::new();
         if let Some(stdout) = child.stdout.take() {
-            tokio::spawn(capture(stdout, output.clone(), lines_tx.clone()));
+            captures.push(tokio::spawn(capture(
+                stdout,
+                output.clone(),
+                lines_tx.clone(),
+            )));
         }
         if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(capture(stderr, output.clone(), lines_tx));
+            captures.push(tokio::spawn(capture(stderr, output.clone(), lines_tx)));
         }
 
         let wait = Duration::from_secs(30);
@@ -129,6 +136,7 @@ impl BinaryUnderTest {
                 child,
                 admin_addr,
                 output,
+                captures,
             }),
             Ok(None) => {
                 let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
@@ -181,7 +189,13 @@ impl BinaryUnderTest {
     /// Waits for the process to exit; kills it and errors after `timeout`.
     pub async fn wait_exit(&mut self, timeout: Duration) -> Result<ExitStatus, TestingError> {
         match tokio::time::timeout(timeout, self.child.wait()).await {
-            Ok(status) => Ok(status?),
+            Ok(status) => {
+                // The pipes close with the process; reading them to the end takes a moment.
+                for capture in self.captures.drain(..) {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), capture).await;
+                }
+                Ok(status?)
+            }
             Err(_) => {
                 self.child.kill().await?;
                 Err(TestingError::Timeout {

@@ -1,0 +1,116 @@
+//! A kube-sim with Capstan's CRDs and the real `nodeslo-controller` binary pointed at it.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use capstan_runtime::testing::{BinaryUnderTest, http_get};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use kube_sim::{Config, KubeSim};
+use tempfile::NamedTempFile;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_nodeslo-controller");
+
+pub struct Cluster {
+    pub sim: KubeSim,
+    pub client: kube::Client,
+    pub kubeconfig: NamedTempFile,
+}
+
+impl Cluster {
+    /// kube-sim with every Capstan CRD established and the SLO config namespace created.
+    pub async fn start() -> Self {
+        let sim = KubeSim::start(Config::default())
+            .await
+            .expect("kube-sim starts");
+        let client = sim.client().expect("client");
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in capstan_apis::crds::all() {
+            crds.create(&PostParams::default(), &crd)
+                .await
+                .expect("CRD created");
+        }
+        for crd in capstan_apis::crds::all() {
+            let name = crd.metadata.name.clone().expect("CRD name");
+            let established = kube::runtime::wait::await_condition(
+                crds.clone(),
+                &name,
+                kube::runtime::conditions::is_crd_established(),
+            );
+            tokio::time::timeout(Duration::from_secs(10), established)
+                .await
+                .expect("CRD established in time")
+                .expect("watch");
+        }
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "koordinator-system"}}))
+                .expect("namespace");
+        namespaces
+            .create(&PostParams::default(), &namespace)
+            .await
+            .expect("namespace created");
+        let kubeconfig = NamedTempFile::new().expect("temp file");
+        sim.write_kubeconfig(kubeconfig.path())
+            .expect("kubeconfig written");
+        Self {
+            sim,
+            client,
+            kubeconfig,
+        }
+    }
+
+    pub fn kubeconfig_path(&self) -> &str {
+        self.kubeconfig.path().to_str().expect("utf-8 temp path")
+    }
+
+    /// Spawns the controller against this cluster and waits until it is ready (caches synced).
+    pub async fn spawn_controller(&self, extra: &[&str]) -> BinaryUnderTest {
+        let mut args = vec![
+            "--kubeconfig",
+            self.kubeconfig_path(),
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ];
+        args.extend_from_slice(extra);
+        let bin = BinaryUnderTest::spawn(BIN, &args)
+            .await
+            .expect("controller starts");
+        wait_ready(&bin).await;
+        bin
+    }
+}
+
+pub async fn wait_ready(bin: &BinaryUnderTest) {
+    for _ in 0..200 {
+        if http_get(bin.admin_addr(), "/readyz")
+            .await
+            .is_ok_and(|r| r.status == 200)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("never ready; output:\n{}", bin.output().join("\n"));
+}
+
+/// Polls `check` until it returns `Some`, for at most `secs` seconds.
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
