@@ -18,8 +18,9 @@ pub enum LogFormat {
     Json,
 }
 
-/// Flags shared by every binary.
-#[derive(clap::Args, Clone, Debug)]
+/// Flags shared by every binary. `Default` equals the flag defaults (with no environment), so
+/// code that builds one by hand can write `CommonArgs { kubeconfig, ..CommonArgs::default() }`.
+#[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
 pub struct CommonArgs {
     /// Path to a kubeconfig (a `:`-separated list is merged like kubectl does). Without it the
     /// client is inferred: in-cluster service account, then `~/.kube/config`.
@@ -82,6 +83,32 @@ pub struct LeaderElectionArgs {
     /// Holder identity; defaults to the pod name, then the host name.
     #[arg(long = "lease-identity", env = "POD_NAME")]
     pub identity: Option<String>,
+}
+
+impl Default for CommonArgs {
+    fn default() -> Self {
+        Self {
+            kubeconfig: None,
+            metrics_addr: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            log_format: LogFormat::Text,
+            log_level: "info".to_owned(),
+            otlp_endpoint: None,
+            leader: LeaderElectionArgs::default(),
+        }
+    }
+}
+
+impl Default for LeaderElectionArgs {
+    fn default() -> Self {
+        Self {
+            leader_elect: false,
+            lease_name: None,
+            lease_namespace: "default".to_owned(),
+            lease_duration_seconds: 15,
+            lease_grace_seconds: 5,
+            identity: None,
+        }
+    }
 }
 
 impl LeaderElectionArgs {

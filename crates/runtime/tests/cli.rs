@@ -67,6 +67,11 @@ fn defaults() {
         "falls back to the host name"
     );
     args.leader.validate().expect("defaults are valid");
+    assert_eq!(
+        args,
+        CommonArgs::default(),
+        "Default matches the flag defaults"
+    );
 }
 
 #[test]
