@@ -6,7 +6,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod ci;
 mod crdgen;
+mod demo;
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "Capstan workspace automation")]
@@ -19,6 +21,10 @@ struct Cli {
 enum Command {
     /// Write every CRD as YAML into charts/capstan/crds (or check that the files are current).
     Crdgen(crdgen::Args),
+    /// Run kube-sim with Capstan's CRDs and every controller against it (the README's first command).
+    Demo(demo::Args),
+    /// Run every gate CI runs: fmt, CRD drift, clippy, the test suite, the demo smoke run.
+    Ci,
 }
 
 /// The workspace root (xtask lives one level below it).
@@ -34,6 +40,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Crdgen(args) => crdgen::run(&args),
+        Command::Demo(args) => demo::run(&args),
+        Command::Ci => ci::run(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

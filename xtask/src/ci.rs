@@ -1,0 +1,71 @@
+//! `cargo xtask ci`: the test command of README.md, run by `.ci/run`.
+//!
+//! Gates run cheapest first, so a formatting slip fails in seconds rather than after a build; the
+//! last gate runs the README's first command (the demo) in its smoke mode.
+
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+pub fn run() -> Result<()> {
+    step("rustfmt", || cargo(&["fmt", "--all", "--", "--check"]))?;
+    step("CRDs in the chart match the Rust types", || {
+        crate::crdgen::run(&crate::crdgen::Args::check_chart())
+    })?;
+    step("clippy, warnings denied", || {
+        cargo(&[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--locked",
+            "--",
+            "-D",
+            "warnings",
+        ])
+    })?;
+    step("test suite", test_suite)?;
+    step("demo smoke run (the README's first command)", || {
+        crate::demo::run(&crate::demo::Args::smoke())
+    })?;
+    eprintln!("==> ci passed");
+    Ok(())
+}
+
+fn test_suite() -> Result<()> {
+    // nextest runs every test in its own process, in parallel, and prints a summary CI reads;
+    // plain `cargo test` is the fallback on a machine without it. Doctests are not run by nextest.
+    let has_nextest = Command::new(env!("CARGO"))
+        .args(["nextest", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if has_nextest {
+        cargo(&[
+            "nextest",
+            "run",
+            "--workspace",
+            "--locked",
+            "--no-fail-fast",
+        ])?;
+    } else {
+        cargo(&["test", "--workspace", "--locked", "--no-fail-fast"])?;
+    }
+    cargo(&["test", "--workspace", "--locked", "--doc"])
+}
+
+fn step(name: &str, gate: impl FnOnce() -> Result<()>) -> Result<()> {
+    eprintln!("==> {name}");
+    gate().with_context(|| format!("ci step failed: {name}"))
+}
+
+/// Runs cargo (the same toolchain that runs xtask) from the workspace root.
+pub fn cargo(args: &[&str]) -> Result<()> {
+    let status = Command::new(env!("CARGO"))
+        .args(args)
+        .current_dir(crate::workspace_root())
+        .status()
+        .context("running cargo")?;
+    if !status.success() {
+        bail!("cargo {} exited with {status}", args.join(" "));
+    }
+    Ok(())
+}

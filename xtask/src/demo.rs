@@ -1,0 +1,376 @@
+//! `cargo xtask demo`: the embedded default. Starts kube-sim, installs Capstan's CRDs, seeds a
+//! few objects, runs every Capstan binary against it and prints how to look around with kubectl.
+//! Ctrl-C stops everything. `--smoke` (used by `cargo xtask ci`) checks that the seeded objects
+//! converge and that every process drains and exits 0 on SIGTERM, then exits.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use capstan_apis::slo::NodeSlo;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::json;
+use tokio::process::{Child, Command};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// kube-sim's listen address (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    addr: String,
+    /// Folder for the kubeconfig and the components' logs (default: target/demo).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Check that everything comes up and converges, stop it all, and exit (CI's use).
+    #[arg(long)]
+    smoke: bool,
+}
+
+impl Args {
+    pub fn smoke() -> Self {
+        Self {
+            addr: "127.0.0.1:0".into(),
+            dir: None,
+            smoke: true,
+        }
+    }
+}
+
+/// The binaries the demo runs against kube-sim, with their own flags.
+const COMPONENTS: &[(&str, &[&str])] = &[
+    ("nodeslo-controller", &[]),
+    ("machineclass-controller", &[]),
+    ("gw-recycler", &["--role", "server"]),
+    (
+        "router-sidecar",
+        &["--backend", "memory", "--listen", "127.0.0.1:0"],
+    ),
+    (
+        "gw-sidecar",
+        &[
+            "--backend",
+            "memory",
+            "--listen",
+            "127.0.0.1:0",
+            "--pod-ip",
+            "127.0.0.1",
+        ],
+    ),
+];
+
+const ADMIN_MARKER: &str = capstan_runtime::testing::ADMIN_LISTENING_MARKER;
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub fn run(args: &Args) -> Result<()> {
+    crate::ci::cargo(&["build", "--bins"])?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
+    runtime.block_on(run_async(args))
+}
+
+/// A process of the demo, its log file and, once up, its admin address.
+struct Process {
+    name: String,
+    child: Child,
+    log: PathBuf,
+    admin: Option<SocketAddr>,
+}
+
+async fn run_async(args: &Args) -> Result<()> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::workspace_root().join("target"));
+    let bin_dir = target.join("debug");
+    let dir = args.dir.clone().unwrap_or_else(|| target.join("demo"));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let kubeconfig = dir.join("kubeconfig");
+    let _ = std::fs::remove_file(&kubeconfig);
+
+    let kubeconfig_arg = kubeconfig.to_string_lossy().into_owned();
+    let mut sim = spawn(
+        &bin_dir,
+        &dir,
+        "kube-sim",
+        &[
+            "serve",
+            "--addr",
+            &args.addr,
+            "--kubeconfig-out",
+            &kubeconfig_arg,
+        ],
+    )?;
+    let result = async {
+        let client = wait_for_kubeconfig(&kubeconfig, &mut sim).await?;
+        install_crds(&client).await?;
+        seed(&client).await?;
+        let mut processes = Vec::new();
+        let outcome = async {
+            for (name, extra) in COMPONENTS {
+                let mut process_args = vec![
+                    "--kubeconfig",
+                    &kubeconfig_arg,
+                    "--metrics-addr",
+                    "127.0.0.1:0",
+                ];
+                process_args.extend_from_slice(extra);
+                let mut process = spawn(&bin_dir, &dir, name, &process_args)?;
+                process.admin = Some(wait_for_admin(&mut process).await?);
+                processes.push(process);
+            }
+            let table = wait_for_nodeslos(&client).await?;
+            print_guide(&kubeconfig, &dir, &processes, &table);
+            if !args.smoke {
+                println!("\nRunning. Ctrl-C stops everything.");
+                tokio::signal::ctrl_c()
+                    .await
+                    .context("waiting for Ctrl-C")?;
+            }
+            Ok::<_, anyhow::Error>(())
+        }
+        .await;
+        let stopped = stop_all(&mut processes).await;
+        outcome.and(stopped)
+    }
+    .await;
+    let sim_stopped = stop(&mut sim).await;
+    result?;
+    sim_stopped?;
+    if args.smoke {
+        println!("demo smoke run passed: every process converged and exited 0 on SIGTERM");
+    }
+    Ok(())
+}
+
+fn spawn(bin_dir: &Path, dir: &Path, name: &str, args: &[&str]) -> Result<Process> {
+    let log = dir.join(format!("{name}.log"));
+    let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    let err = out.try_clone()?;
+    let child = Command::new(bin_dir.join(name))
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {name} from {}", bin_dir.display()))?;
+    Ok(Process {
+        name: name.to_string(),
+        child,
+        log,
+        admin: None,
+    })
+}
+
+/// Polls `check` every 100 ms until it yields, failing early if the process exits.
+async fn poll<T>(
+    process: &mut Process,
+    what: &str,
+    mut check: impl FnMut(&Process) -> Option<T>,
+) -> Result<T> {
+    let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+    loop {
+        if let Some(value) = check(process) {
+            return Ok(value);
+        }
+        if let Some(status) = process.child.try_wait()? {
+            bail!(
+                "{} exited with {status} before {what}; see {}",
+                process.name,
+                process.log.display()
+            );
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "{} did not report {what} within {START_TIMEOUT:?}; see {}",
+                process.name,
+                process.log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn wait_for_kubeconfig(path: &Path, sim: &mut Process) -> Result<kube::Client> {
+    let kubeconfig = poll(sim, "its kubeconfig", |_| Kubeconfig::read_from(path).ok()).await?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+async fn wait_for_admin(process: &mut Process) -> Result<SocketAddr> {
+    poll(process, "its admin address", |p| {
+        let log = std::fs::read_to_string(&p.log).ok()?;
+        log.lines().find_map(|line| {
+            let rest = &line[line.find(ADMIN_MARKER)? + ADMIN_MARKER.len()..];
+            rest.split(|c: char| c.is_whitespace() || c == '"')
+                .next()?
+                .parse()
+                .ok()
+        })
+    })
+    .await
+}
+
+async fn install_crds(client: &kube::Client) -> Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in capstan_apis::crds::all() {
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .context("creating a CRD")?;
+    }
+    for crd in capstan_apis::crds::all() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let established = kube::runtime::wait::await_condition(
+            crds.clone(),
+            &name,
+            kube::runtime::conditions::is_crd_established(),
+        );
+        tokio::time::timeout(Duration::from_secs(30), established)
+            .await
+            .with_context(|| format!("CRD {name} not established"))??;
+    }
+    Ok(())
+}
+
+/// Demo nodes and the SLO ConfigMap of the NodeSLO spec's node-strategy example.
+const DEMO_NODES: &[(&str, &[(&str, &str)])] = &[
+    ("worker-a", &[("xxx", "yyy")]),
+    ("worker-b", &[("zzz", "zzz")]),
+    ("worker-c", &[]),
+];
+
+async fn seed(client: &kube::Client) -> Result<()> {
+    let pp = PostParams::default();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &pp,
+            &serde_json::from_value(json!({"metadata": {"name": "koordinator-system"}}))?,
+        )
+        .await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (name, labels) in DEMO_NODES {
+        let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+        nodes
+            .create(
+                &pp,
+                &serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))?,
+            )
+            .await?;
+    }
+    let config: Api<ConfigMap> = Api::namespaced(client.clone(), "koordinator-system");
+    let threshold = json!({
+        "clusterStrategy": {"enable": true, "cpuSuppressThresholdPercent": 60},
+        "nodeStrategies": [
+            {"name": "xxx", "nodeSelector": {"matchLabels": {"xxx": "yyy"}}, "cpuSuppressThresholdPercent": 40},
+            {"name": "zzz", "nodeSelector": {"matchLabels": {"zzz": "zzz"}}, "cpuSuppressThresholdPercent": 50}
+        ]
+    });
+    let cm = json!({
+        "metadata": {"name": "slo-controller-config", "namespace": "koordinator-system"},
+        "data": {"resource-threshold-config": threshold.to_string()}
+    });
+    config.create(&pp, &serde_json::from_value(cm)?).await?;
+    Ok(())
+}
+
+/// Waits until every demo node has its NodeSLO with the expected threshold; returns the table.
+async fn wait_for_nodeslos(client: &kube::Client) -> Result<Vec<(String, i64)>> {
+    let slos: Api<NodeSlo> = Api::all(client.clone());
+    let expected = [("worker-a", 40), ("worker-b", 50), ("worker-c", 60)];
+    let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+    loop {
+        let mut table = Vec::new();
+        for (name, _) in expected {
+            let percent = slos
+                .get_opt(name)
+                .await?
+                .and_then(|s| s.spec.resource_used_threshold_with_be)
+                .and_then(|t| t.cpu_suppress_threshold_percent);
+            if let Some(percent) = percent {
+                table.push((name.to_string(), percent));
+            }
+        }
+        let want: Vec<(String, i64)> = expected.iter().map(|(n, p)| (n.to_string(), *p)).collect();
+        if table == want {
+            return Ok(table);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "NodeSLOs did not converge: want {want:?}, have {table:?} (see nodeslo-controller.log)"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn print_guide(kubeconfig: &Path, dir: &Path, processes: &[Process], table: &[(String, i64)]) {
+    println!("\nCapstan demo is up.\n");
+    println!("  export KUBECONFIG={}", kubeconfig.display());
+    println!("  kubectl get nodes,nodeslos");
+    println!(
+        "  kubectl -n koordinator-system edit configmap slo-controller-config   # watch the NodeSLOs follow"
+    );
+    println!(
+        "  kubectl label node worker-c xxx=yyy                                  # worker-c moves to 40%"
+    );
+    println!("\nNodeSLOs (cpuSuppressThresholdPercent from the node strategies):");
+    for (name, percent) in table {
+        println!("  {name:<10} {percent}");
+    }
+    println!(
+        "\nComponents (admin: /metrics /livez /readyz; logs in {}):",
+        dir.display()
+    );
+    for p in processes {
+        let admin = p
+            .admin
+            .map(|a| format!("http://{a}/metrics"))
+            .unwrap_or_default();
+        println!("  {:<24} {admin}", p.name);
+    }
+}
+
+async fn stop_all(processes: &mut [Process]) -> Result<()> {
+    let mut failures = Vec::new();
+    for process in processes.iter_mut().rev() {
+        if let Err(error) = stop(process).await {
+            failures.push(format!("{error:#}"));
+        }
+    }
+    if !failures.is_empty() {
+        bail!("{}", failures.join("\n"));
+    }
+    Ok(())
+}
+
+/// SIGTERM, then at most 15 s for a clean exit 0.
+async fn stop(process: &mut Process) -> Result<()> {
+    if let Some(pid) = process.child.id() {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(pid)?);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)?;
+    }
+    let status = tokio::time::timeout(Duration::from_secs(15), process.child.wait()).await;
+    match status {
+        Ok(Ok(status)) if status.success() => Ok(()),
+        Ok(Ok(status)) => bail!(
+            "{} exited with {status}; see {}",
+            process.name,
+            process.log.display()
+        ),
+        Ok(Err(error)) => Err(error.into()),
+        Err(_) => {
+            let _ = process.child.kill().await;
+            bail!(
+                "{} did not exit within 15 s of SIGTERM; see {}",
+                process.name,
+                process.log.display()
+            )
+        }
+    }
+}
