@@ -74,13 +74,23 @@ pub async fn serve(
     state: AdminState,
     shutdown: Shutdown,
 ) -> Result<(SocketAddr, JoinHandle<Result<(), RuntimeError>>), RuntimeError> {
+    serve_with(addr, state, Router::new(), shutdown).await
+}
+
+/// Like [`serve`], with `extra` routes (such as a sidecar's debug endpoints) merged in.
+pub async fn serve_with(
+    addr: SocketAddr,
+    state: AdminState,
+    extra: Router,
+    shutdown: Shutdown,
+) -> Result<(SocketAddr, JoinHandle<Result<(), RuntimeError>>), RuntimeError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| RuntimeError::AdminBind { addr, source })?;
     let bound = listener
         .local_addr()
         .map_err(|source| RuntimeError::AdminBind { addr, source })?;
-    let app = router(state);
+    let app = router(state).merge(extra);
     let task = tokio::spawn(async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async move { shutdown.completed().await })

@@ -85,6 +85,17 @@ impl LeadershipTracker {
     }
 }
 
+/// A write was refused because this replica is not the leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("this replica is not the leader")]
+pub struct NotLeader;
+
+impl crate::ErrorLabel for NotLeader {
+    fn metric_label(&self) -> &'static str {
+        "not_leader"
+    }
+}
+
 /// How leader election ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeadershipEnd {
@@ -195,6 +206,15 @@ impl LeaderHandle {
 
     pub fn is_leader(&self) -> bool {
         *self.rx.borrow()
+    }
+
+    /// For the top of a write path: `Err(NotLeader)` unless this replica leads right now.
+    pub fn ensure_leader(&self) -> Result<(), NotLeader> {
+        if self.is_leader() {
+            Ok(())
+        } else {
+            Err(NotLeader)
+        }
     }
 
     /// A receiver of leadership changes (`true` while leader).
@@ -452,6 +472,31 @@ mod tests {
             LeadershipEnd::Disabled
         );
         assert!(!handle.was_lost());
+    }
+
+    #[tokio::test]
+    async fn writes_are_gated_on_current_leadership() {
+        use crate::ErrorLabel;
+        let (tx, rx) = watch::channel(false);
+        let handle = LeaderHandle {
+            rx,
+            shutdown: Shutdown::new(),
+            lease: "gate".into(),
+            lost: Arc::new(AtomicBool::new(false)),
+            control: Arc::new(Mutex::new(None)),
+            _always: None,
+        };
+        assert_eq!(handle.ensure_leader(), Err(NotLeader));
+        assert_eq!(NotLeader.metric_label(), "not_leader");
+        tx.send_replace(true);
+        assert_eq!(handle.ensure_leader(), Ok(()));
+        assert!(handle.acquired().await);
+        tx.send_replace(false);
+        assert_eq!(
+            handle.ensure_leader(),
+            Err(NotLeader),
+            "a lost lease stops writes at once"
+        );
     }
 
     #[tokio::test]

@@ -124,3 +124,21 @@ async fn a_taken_port_is_a_bind_error() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn extra_routes_are_served_beside_the_admin_ones() {
+    let extra = axum::Router::new().route("/debug/routes", axum::routing::get(|| async { "[]" }));
+    let shutdown = Shutdown::new();
+    let (addr, _server) = admin::serve_with(
+        loopback(),
+        AdminState::new(Registry::default()),
+        extra,
+        shutdown.clone(),
+    )
+    .await
+    .expect("binds");
+    let debug = http_get(addr, "/debug/routes").await.expect("answers");
+    assert_eq!((debug.status, debug.body.as_str()), (200, "[]"));
+    assert_eq!(http_get(addr, "/livez").await.expect("answers").status, 200);
+    shutdown.complete();
+}
