@@ -1,0 +1,81 @@
+//! MachineClass reconcile (MCM's `reconcileClusterMachineClass`): finalizer while used, blocked
+//! deletion while machines refer to it, finalizer removal when unused.
+
+use std::sync::Arc;
+
+use capstan_apis::machine::{FINALIZER_MCM, MachineClass};
+use capstan_runtime::ErrorLabel;
+use kube::Resource;
+use kube::runtime::controller::Action;
+use machineclass_core::class::{ClassAction, decide_class};
+use machineclass_core::meta::{finalizers_with, finalizers_without};
+
+use crate::context::{Ctx, key, lock};
+use crate::error::Error;
+use crate::io::patch_finalizers;
+
+pub async fn reconcile(class: Arc<MachineClass>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let mut measure = ctx.metrics.measure("MachineClass");
+    let result = reconcile_inner(&class, &ctx).await;
+    if let Err(e) = &result {
+        measure.set_failure(e);
+    }
+    result
+}
+
+async fn reconcile_inner(class: &MachineClass, ctx: &Ctx) -> Result<Action, Error> {
+    if let Some(hold) = ctx.hold_writes() {
+        return Ok(hold);
+    }
+    let namespace = class.metadata.namespace.clone().unwrap_or_default();
+    let name = class.metadata.name.clone().unwrap_or_default();
+    let class_key = key(&namespace, &name);
+    let users = lock(&ctx.machine_index).referrer_count(&class_key);
+    let api = ctx.classes_api();
+    match decide_class(class, users) {
+        ClassAction::InUse { add_finalizer } => {
+            if add_finalizer && let Some(list) = finalizers_with(&class.metadata, FINALIZER_MCM) {
+                patch_finalizers(&api, &class.metadata, list).await?;
+                tracing::info!(class = %class_key, "added finalizer");
+            }
+            // Machines re-validate against a changed class (once per class version).
+            let version = class.metadata.resource_version.clone().unwrap_or_default();
+            let changed = lock(&ctx.class_versions).insert(class_key.clone(), version.clone())
+                != Some(version);
+            if changed {
+                ctx.enqueue_machines_of(&class_key);
+            }
+            Ok(Action::requeue(ctx.retry.long))
+        }
+        ClassAction::DeletionBlocked { machines } => {
+            let message = ClassAction::blocked_message(machines);
+            ctx.event(
+                &class.object_ref(&()),
+                true,
+                "MachineClassInUse",
+                "Delete",
+                message.clone(),
+            )
+            .await;
+            Err(Error::StillReferred(message))
+        }
+        ClassAction::Unused { remove_finalizer } => {
+            if remove_finalizer
+                && let Some(list) = finalizers_without(&class.metadata, FINALIZER_MCM)
+            {
+                patch_finalizers(&api, &class.metadata, list).await?;
+                tracing::info!(class = %class_key, "removed finalizer");
+            }
+            lock(&ctx.class_versions).remove(&class_key);
+            Ok(Action::requeue(ctx.retry.long))
+        }
+    }
+}
+
+pub fn error_policy(_class: Arc<MachineClass>, error: &Error, ctx: Arc<Ctx>) -> Action {
+    tracing::debug!(%error, label = error.metric_label(), "machine class reconcile failed");
+    match error {
+        Error::Conflict(_) => Action::requeue(ctx.retry.conflict),
+        _ => Action::requeue(ctx.retry.short),
+    }
+}

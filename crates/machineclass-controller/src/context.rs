@@ -1,0 +1,127 @@
+//! What every reconcile is handed: client, caches, indexes, triggers, driver, settings.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use capstan_apis::machine::{Machine, MachineClass};
+use capstan_runtime::leader::LeaderHandle;
+use capstan_runtime::metrics::ControllerMetrics;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Secret};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client};
+use machine_driver::Driver;
+use machineclass_core::driver_error::RetryPeriods;
+use machineclass_core::index::RefIndex;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// Shared state of the controllers.
+pub struct Ctx {
+    pub client: Client,
+    /// The controller namespace (MachineClasses, Machines, Secrets).
+    pub namespace: String,
+    pub driver: Arc<dyn Driver>,
+    pub machines: Store<Machine>,
+    pub classes: Store<MachineClass>,
+    pub nodes: Store<Node>,
+    pub secrets: Store<Secret>,
+    /// Machine -> its MachineClass (`namespace/name` keys).
+    pub machine_index: Arc<Mutex<RefIndex>>,
+    /// MachineClass -> the Secrets it references.
+    pub secret_index: Arc<Mutex<RefIndex>>,
+    pub machine_triggers: UnboundedSender<ObjectRef<Machine>>,
+    pub class_triggers: UnboundedSender<ObjectRef<MachineClass>>,
+    /// Last resourceVersion of each class whose machines were enqueued.
+    pub class_versions: Mutex<HashMap<String, String>>,
+    pub recorder: Recorder,
+    pub retry: RetryPeriods,
+    pub metrics: ControllerMetrics,
+    pub leader: LeaderHandle,
+    pub caches_ready: Arc<AtomicBool>,
+}
+
+/// `namespace/name`.
+pub fn key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// Splits a `namespace/name` key.
+pub fn split_key(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or(("", key))
+}
+
+/// Locks a mutex, tolerating poisoning (the index stays usable).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Ctx {
+    pub fn machines_api(&self) -> Api<Machine> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    pub fn classes_api(&self) -> Api<MachineClass> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    pub fn secrets_api(&self) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    pub fn nodes_api(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    /// `Some(requeue)` while this replica must not write: caches not yet synced, or not the leader.
+    pub fn hold_writes(&self) -> Option<Action> {
+        if !self.caches_ready.load(Ordering::Acquire) {
+            return Some(Action::requeue(Duration::from_millis(500)));
+        }
+        (!self.leader.is_leader()).then(|| Action::requeue(self.retry.short))
+    }
+
+    /// Publishes an Event on `reference`; failures are logged, never fatal.
+    pub async fn event(
+        &self,
+        reference: &ObjectReference,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: action.to_owned(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&event, reference).await {
+            tracing::debug!(%err, reason, "event not published");
+        }
+    }
+
+    /// Enqueues every Machine that uses the class `class_key`.
+    pub fn enqueue_machines_of(&self, class_key: &str) -> usize {
+        let index = lock(&self.machine_index);
+        let mut sent = 0;
+        for machine in index.referrers(class_key) {
+            let (ns, name) = split_key(machine);
+            if self
+                .machine_triggers
+                .send(ObjectRef::new(name).within(ns))
+                .is_ok()
+            {
+                sent += 1;
+            }
+        }
+        sent
+    }
+}

@@ -1,0 +1,508 @@
+//! Machine reconcile for live Machines (MCM's machine controller): finalizer, validation,
+//! creation flow, health, node-template sync and the Node's finalizer. Deleting Machines go to
+//! [`crate::deletion`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use capstan_apis::machine::{
+    FINALIZER_MCM, FINALIZER_NODE, LABEL_MACHINE_DEPLOYMENT, LABEL_NODE, Machine, MachineClass,
+    MachineOperationType, MachinePhase, MachineState, MachineStatus, NODE_LABEL_MACHINE_NAME,
+};
+use capstan_runtime::ErrorLabel;
+use k8s_openapi::api::core::v1::{Node, NodeCondition};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use machine_driver::{DriverError, MachineInfo, MachineRequest};
+use machineclass_core::Timestamp as CoreTimestamp;
+use machineclass_core::driver_error::creation_failure;
+use machineclass_core::health::{HealthInput, evaluate_health};
+use machineclass_core::meta::{finalizers_with, has_finalizer};
+use machineclass_core::node_template::{Decoration, sync_node_template};
+use machineclass_core::status::{Operation, StatusChange};
+use machineclass_core::validate::{
+    MachineTimeouts, merge_secret_data, validate_class, validate_class_ref,
+};
+use serde_json::json;
+
+use capstan_apis::machine::Code;
+
+use crate::context::Ctx;
+use crate::error::{Error, conflict_aware, is_not_found};
+use crate::io::{merge_patch_diff, patch_finalizers, write_machine_status};
+
+/// lastOperation description after a successful CreateMachine (MCM's wording).
+pub const CREATING: &str = "Creating machine on cloud provider";
+
+pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let mut measure = ctx.metrics.measure("Machine");
+    let result = match ctx.hold_writes() {
+        Some(hold) => Ok(hold),
+        None if machine.metadata.deletion_timestamp.is_some() => {
+            crate::deletion::run(&machine, &ctx).await
+        }
+        None => live(&machine, &ctx).await,
+    };
+    if let Err(e) = &result {
+        measure.set_failure(e);
+    }
+    result
+}
+
+pub fn error_policy(_machine: Arc<Machine>, error: &Error, ctx: Arc<Ctx>) -> Action {
+    tracing::debug!(%error, label = error.metric_label(), "machine reconcile failed");
+    match error {
+        Error::Conflict(_) => Action::requeue(ctx.retry.conflict),
+        _ => Action::requeue(ctx.retry.short),
+    }
+}
+
+fn now() -> CoreTimestamp {
+    Timestamp::now()
+}
+
+fn created_at(machine: &Machine) -> CoreTimestamp {
+    machine
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or_else(now, |t| t.0)
+}
+
+/// Writes `next` when it differs from the Machine's status; returns the updated Machine.
+pub(crate) async fn store_status(
+    ctx: &Ctx,
+    machine: &Machine,
+    next: MachineStatus,
+) -> Result<Option<Machine>, Error> {
+    if machine.status.as_ref() == Some(&next) {
+        return Ok(None);
+    }
+    Ok(Some(
+        write_machine_status(&ctx.machines_api(), machine, &next).await?,
+    ))
+}
+
+/// Applies a status change; `Some(updated)` when something was written.
+pub(crate) async fn apply_change(
+    ctx: &Ctx,
+    machine: &Machine,
+    change: &StatusChange,
+) -> Result<Option<Machine>, Error> {
+    match change.apply(machine.status.as_ref(), now()) {
+        Some(next) => store_status(ctx, machine, next).await,
+        None => Ok(None),
+    }
+}
+
+async fn live(original: &Machine, ctx: &Ctx) -> Result<Action, Error> {
+    let api = ctx.machines_api();
+    let namespace = original.metadata.namespace.clone().unwrap_or_default();
+    let mut machine = original.clone();
+
+    // 1. Finalizer first; the same pass continues.
+    if let Some(list) = finalizers_with(&machine.metadata, FINALIZER_MCM) {
+        machine = patch_finalizers(&api, &machine.metadata, list).await?;
+    }
+
+    // 2. Validation.
+    let class_name = match validate_class_ref(&machine.spec) {
+        Ok(name) => name.to_owned(),
+        Err(e) => return report_invalid(ctx, &machine, e.to_string(), ctx.retry.long).await,
+    };
+    let timeouts = match MachineTimeouts::from_spec(&machine.spec) {
+        Ok(t) => t,
+        Err(e) => return report_invalid(ctx, &machine, e.to_string(), ctx.retry.long).await,
+    };
+    let Some(class) = ctx
+        .classes
+        .get(&ObjectRef::new(&class_name).within(&namespace))
+    else {
+        let message = format!("machine class {class_name} not found");
+        return report_invalid(ctx, &machine, message, ctx.retry.short).await;
+    };
+    if !has_finalizer(&class.metadata, FINALIZER_MCM) {
+        // The class reconcile adds it; come back shortly.
+        let _ = ctx.class_triggers.send(ObjectRef::from_obj(&*class));
+        return Ok(Action::requeue(ctx.retry.short));
+    }
+    let problems = validate_class(&class);
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        let message = format!("machine class {class_name} is invalid: {}", list.join("; "));
+        return report_invalid(ctx, &machine, message, ctx.retry.long).await;
+    }
+    let secret_data = match collect_secret_data(ctx, &class) {
+        Ok(data) => data,
+        Err(message) => return report_invalid(ctx, &machine, message, ctx.retry.short).await,
+    };
+
+    // 3. Health and node templates once the Machine has a Node and a phase.
+    let mut requeue = ctx.retry.long;
+    if machine.node_name().is_some() && machine.phase().is_some() {
+        match health_and_node(ctx, &machine, &timeouts).await? {
+            HealthOutcome::MachineDeleted => return Ok(Action::await_change()),
+            HealthOutcome::Checked {
+                machine: updated,
+                recheck,
+            } => {
+                machine = *updated;
+                if let Some(after) = recheck {
+                    requeue = requeue.min(after);
+                }
+            }
+        }
+    }
+
+    // 4. Creation flow.
+    let no_provider_id = machine
+        .spec
+        .provider_id
+        .as_deref()
+        .is_none_or(str::is_empty);
+    let phase = machine.phase().cloned();
+    if no_provider_id || phase.is_none() || phase == Some(MachinePhase::CrashLoopBackOff) {
+        let request = MachineRequest {
+            machine: machine.clone(),
+            class: (*class).clone(),
+            secret_data,
+        };
+        return create_flow(ctx, &machine, request, &timeouts).await;
+    }
+    Ok(Action::requeue(requeue))
+}
+
+/// Reports bad input on the Machine: a Warning Event and lastOperation Failed (written and
+/// announced once; the phase is unchanged).
+async fn report_invalid(
+    ctx: &Ctx,
+    machine: &Machine,
+    message: String,
+    retry: std::time::Duration,
+) -> Result<Action, Error> {
+    let change = StatusChange::operation(Operation::new(
+        message.clone(),
+        MachineState::Failed,
+        MachineOperationType::Create,
+    ));
+    if apply_change(ctx, machine, &change).await?.is_some() {
+        tracing::warn!(machine = ?machine.metadata.name, %message, "machine validation failed");
+        ctx.event(
+            &machine.object_ref(&()),
+            true,
+            "ValidationFailed",
+            "Validate",
+            message,
+        )
+        .await;
+    }
+    Ok(Action::requeue(retry))
+}
+
+/// `secretRef` data merged with `credentialsSecretRef` data, or why it cannot be read.
+/// **Decision**: a referenced Secret that does not exist is an error.
+pub(crate) fn collect_secret_data(
+    ctx: &Ctx,
+    class: &MachineClass,
+) -> Result<BTreeMap<String, Vec<u8>>, String> {
+    let class_ns = class.metadata.namespace.clone().unwrap_or_default();
+    let class_name = class.metadata.name.clone().unwrap_or_default();
+    let read =
+        |reference: Option<&k8s_openapi::api::core::v1::SecretReference>| -> Result<_, String> {
+            let Some(reference) = reference else {
+                return Ok(None);
+            };
+            let name = reference.name.clone().unwrap_or_default();
+            let ns = reference
+                .namespace
+                .clone()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| class_ns.clone());
+            match ctx.secrets.get(&ObjectRef::new(&name).within(&ns)) {
+                Some(secret) => Ok(Some(secret.data.clone().unwrap_or_default())),
+                None => Err(format!(
+                    "secret {ns}/{name} referenced by machine class {class_name} not found"
+                )),
+            }
+        };
+    let secret = read(class.spec.secret_ref.as_ref())?;
+    let credentials = read(class.spec.credentials_secret_ref.as_ref())?;
+    Ok(merge_secret_data(secret.as_ref(), credentials.as_ref()))
+}
+
+enum HealthOutcome {
+    MachineDeleted,
+    Checked {
+        machine: Box<Machine>,
+        recheck: Option<std::time::Duration>,
+    },
+}
+
+fn same_conditions(a: &[NodeCondition], b: &[NodeCondition]) -> bool {
+    // Heartbeat times change constantly; only what a reader acts on counts.
+    let key = |c: &NodeCondition| {
+        (
+            c.type_.clone(),
+            c.status.clone(),
+            c.reason.clone(),
+            c.message.clone(),
+        )
+    };
+    a.len() == b.len() && a.iter().map(key).eq(b.iter().map(key))
+}
+
+fn another_failed_in_deployment(ctx: &Ctx, machine: &Machine) -> bool {
+    let Some(deployment) = machine.labels().get(LABEL_MACHINE_DEPLOYMENT) else {
+        return false;
+    };
+    ctx.machines.state().iter().any(|m| {
+        m.metadata.name != machine.metadata.name
+            && m.labels().get(LABEL_MACHINE_DEPLOYMENT) == Some(deployment)
+            && m.phase() == Some(&MachinePhase::Failed)
+    })
+}
+
+async fn health_and_node(
+    ctx: &Ctx,
+    machine: &Machine,
+    timeouts: &MachineTimeouts,
+) -> Result<HealthOutcome, Error> {
+    let name = machine.metadata.name.clone().unwrap_or_default();
+    let node_name = machine.node_name().unwrap_or_default().to_owned();
+    let node = ctx.nodes.get(&ObjectRef::new(&node_name));
+    if let Some(node) = &node
+        && node.metadata.deletion_timestamp.is_some()
+    {
+        // A Node being deleted takes its Machine with it.
+        match ctx
+            .machines_api()
+            .delete(&name, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(machine = %name, node = %node_name, "node is being deleted, deleting its machine");
+        return Ok(HealthOutcome::MachineDeleted);
+    }
+    let conditions: Option<Vec<NodeCondition>> = node.as_ref().map(|n| {
+        n.status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default()
+    });
+    let types = machine.spec.node_condition_types();
+    let current = machine
+        .status
+        .as_ref()
+        .and_then(|s| s.current_status.as_ref());
+    let phase_since = current
+        .and_then(|c| c.last_update_time.as_ref())
+        .map_or_else(|| created_at(machine), |t| t.0);
+    let phase = machine.phase();
+    let deferred_check =
+        phase == Some(&MachinePhase::Unknown) && another_failed_in_deployment(ctx, machine);
+    let decision = evaluate_health(&HealthInput {
+        machine_name: &name,
+        phase,
+        phase_since,
+        node_conditions: conditions.as_deref(),
+        unhealthy_types: &types,
+        timeouts: *timeouts,
+        another_failed_in_deployment: deferred_check,
+        now: now(),
+    });
+    let base = machine.status.clone().unwrap_or_default();
+    let mut next = decision
+        .change
+        .as_ref()
+        .and_then(|c| c.apply(Some(&base), now()))
+        .unwrap_or_else(|| base.clone());
+    if let Some(conditions) = &conditions
+        && !same_conditions(conditions, next.conditions.as_deref().unwrap_or_default())
+    {
+        next.conditions = Some(conditions.clone());
+    }
+    let mut updated = machine.clone();
+    if let Some(written) = store_status(ctx, machine, next).await? {
+        if let Some(op) = decision.change.as_ref().and_then(|c| c.operation.as_ref()) {
+            tracing::info!(machine = %name, phase = ?written.phase(), "{}", op.description);
+        }
+        updated = written;
+    }
+    let mut recheck = decision.recheck_after;
+    if decision.replacement_deferred {
+        tracing::info!(machine = %name, "health timeout passed, but other machines are getting replaced");
+        recheck = Some(ctx.retry.short);
+    }
+    if let Some(node) = &node {
+        sync_node(ctx, &updated, node).await?;
+    }
+    Ok(HealthOutcome::Checked {
+        machine: Box::new(updated),
+        recheck,
+    })
+}
+
+fn node_view(node: &Node) -> Decoration {
+    Decoration {
+        labels: node.metadata.labels.clone().unwrap_or_default(),
+        annotations: node.metadata.annotations.clone().unwrap_or_default(),
+        taints: node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default(),
+    }
+}
+
+fn decoration_json(d: &Decoration) -> serde_json::Value {
+    json!({"metadata": {"labels": d.labels, "annotations": d.annotations}, "spec": {"taints": d.taints}})
+}
+
+/// Applies the node template, the machine-name label and the Node finalizer in one patch, or
+/// writes nothing when all are in place.
+async fn sync_node(ctx: &Ctx, machine: &Machine, node: &Node) -> Result<(), Error> {
+    let machine_name = machine.metadata.name.clone().unwrap_or_default();
+    let current = node_view(node);
+    let template = Decoration::of_template(machine.spec.node_template.as_ref());
+    let mut next = sync_node_template(&current, &template).unwrap_or_else(|| current.clone());
+    next.labels
+        .insert(NODE_LABEL_MACHINE_NAME.to_owned(), machine_name);
+    let finalizers = finalizers_with(&node.metadata, FINALIZER_NODE);
+    if next == current && finalizers.is_none() {
+        return Ok(());
+    }
+    let mut patch = merge_patch_diff(&decoration_json(&current), &decoration_json(&next));
+    if let Some(list) = finalizers {
+        patch["metadata"]["finalizers"] = json!(list);
+        patch["metadata"]["resourceVersion"] = json!(node.metadata.resource_version);
+    }
+    let node_name = node.metadata.name.clone().unwrap_or_default();
+    ctx.nodes_api()
+        .patch(&node_name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| conflict_aware(&node_name, e))?;
+    tracing::debug!(node = %node_name, "node synced");
+    Ok(())
+}
+
+async fn create_flow(
+    ctx: &Ctx,
+    machine: &Machine,
+    request: MachineRequest,
+    timeouts: &MachineTimeouts,
+) -> Result<Action, Error> {
+    let name = machine.metadata.name.clone().unwrap_or_default();
+    // An existing VM (for example created before a restart) is adopted, not created twice.
+    let info = match ctx.driver.get_machine_status(&request).await {
+        Ok(status) => MachineInfo {
+            provider_id: status.provider_id,
+            node_name: status.node_name,
+            last_known_state: machine
+                .status
+                .as_ref()
+                .and_then(|s| s.last_known_state.clone())
+                .unwrap_or_default(),
+            addresses: status.addresses,
+        },
+        Err(e) if matches!(e.code, Code::NotFound | Code::Unimplemented) => {
+            match ctx.driver.create_machine(&request).await {
+                Ok(info) => info,
+                Err(e) => return creation_failed(ctx, machine, &e, timeouts).await,
+            }
+        }
+        Err(e) => return creation_failed(ctx, machine, &e, timeouts).await,
+    };
+    match ctx.driver.initialize_machine(&request).await {
+        Ok(_) => {}
+        Err(e) if e.code == Code::Unimplemented => {}
+        Err(e) => return creation_failed(ctx, machine, &e, timeouts).await,
+    }
+
+    // A Node of that name that belongs to another machine: this VM must not take it over.
+    if let Some(node) = ctx.nodes.get(&ObjectRef::new(&info.node_name)) {
+        let owner = node.labels().get(NODE_LABEL_MACHINE_NAME);
+        if owner.is_some_and(|o| *o != name) {
+            if let Err(e) = ctx.driver.delete_machine(&request).await {
+                tracing::warn!(machine = %name, %e, "could not delete the VM that collided with an old node");
+            }
+            let change = StatusChange::phase(MachinePhase::Failed).with_operation(Operation::new(
+                format!("VM using old node obj {}", info.node_name),
+                MachineState::Failed,
+                MachineOperationType::Create,
+            ));
+            apply_change(ctx, machine, &change).await?;
+            return Ok(Action::requeue(ctx.retry.long));
+        }
+    }
+
+    let mut machine = machine.clone();
+    let recorded_id = machine.spec.provider_id.as_deref().unwrap_or_default();
+    if recorded_id != info.provider_id || machine.node_name() != Some(info.node_name.as_str()) {
+        let patch = json!({"metadata": {"labels": {LABEL_NODE: info.node_name}}, "spec": {"providerID": info.provider_id}});
+        machine = ctx
+            .machines_api()
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| conflict_aware(&name, e))?;
+        tracing::info!(machine = %name, provider_id = %info.provider_id, node = %info.node_name, "machine created on provider");
+    }
+    let mut change = StatusChange::operation(Operation::new(
+        CREATING,
+        MachineState::Processing,
+        MachineOperationType::Create,
+    ));
+    if matches!(machine.phase(), None | Some(MachinePhase::CrashLoopBackOff)) {
+        change.phase = Some(MachinePhase::Pending);
+        change.timeout_active = Some(true);
+    }
+    let base = machine.status.clone().unwrap_or_default();
+    let mut next = change
+        .apply(Some(&base), now())
+        .unwrap_or_else(|| base.clone());
+    if !info.addresses.is_empty() {
+        next.addresses = Some(info.addresses.clone());
+    }
+    if !info.last_known_state.is_empty() {
+        next.last_known_state = Some(info.last_known_state.clone());
+    }
+    store_status(ctx, &machine, next).await?;
+    Ok(Action::requeue(ctx.retry.short))
+}
+
+async fn creation_failed(
+    ctx: &Ctx,
+    machine: &Machine,
+    error: &DriverError,
+    timeouts: &MachineTimeouts,
+) -> Result<Action, Error> {
+    let failure = creation_failure(
+        error.code,
+        &error.message,
+        created_at(machine),
+        now(),
+        timeouts.creation,
+        &ctx.retry,
+    );
+    let old_phase = machine.phase().cloned();
+    if let Some(written) = apply_change(ctx, machine, &failure.status).await?
+        && written.phase().cloned() != old_phase
+    {
+        let note = format!("{} ({})", error.message, error.code);
+        ctx.event(
+            &machine.object_ref(&()),
+            true,
+            "CreateFailed",
+            "Create",
+            note,
+        )
+        .await;
+    }
+    tracing::info!(machine = ?machine.metadata.name, code = %error.code, retry = ?failure.retry_after, "machine creation failed");
+    Ok(Action::requeue(failure.retry_after))
+}
