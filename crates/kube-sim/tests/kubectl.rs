@@ -428,6 +428,18 @@ async fn kubectl_works_with_crds_like_on_a_real_cluster() {
     let out = k.run(&["get", "widget", "w1"]).await;
     assert!(!out.ok && out.stderr.contains("NotFound"), "{}", out.stderr);
 
+    // Aggregated discovery: two requests (/api and /apis), no per-group-version fetches.
+    let verbose = k.run(&["api-resources", "-v=6"]).await;
+    let gets: Vec<&str> = verbose
+        .stderr
+        .lines()
+        .filter(|l| l.contains("verb=\"GET\"") || l.contains("GET http"))
+        .collect();
+    assert!(
+        !gets.is_empty() && gets.iter().all(|l| !l.contains("/apis/apps/v1")),
+        "{}",
+        verbose.stderr
+    );
     let resources = k.ok(&["api-resources"]).await;
     assert!(
         resources

@@ -98,3 +98,84 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<
         json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
     )
 }
+
+fn scope(namespaced: bool) -> &'static str {
+    if namespaced { "Namespaced" } else { "Cluster" }
+}
+
+/// Aggregated discovery (`apidiscovery.k8s.io/v2` `APIGroupDiscoveryList`) for `/api` (core) or `/apis`.
+pub fn aggregated(registry: &Registry, core: bool) -> Value {
+    let mut groups: Vec<(String, Vec<String>)> = if core {
+        vec![(String::new(), vec!["v1".to_string()])]
+    } else {
+        registry.groups()
+    };
+    groups.retain(|(g, _)| g.is_empty() == core);
+    let items: Vec<Value> = groups
+        .iter()
+        .map(|(group, versions)| {
+            let versions: Vec<Value> = versions
+                .iter()
+                .map(|version| {
+                    let resources: Vec<Value> = registry
+                        .all()
+                        .iter()
+                        .filter(|r| &r.group == group && &r.version == version)
+                        .map(|r| {
+                            let subresources: Vec<Value> = r
+                                .subresources
+                                .iter()
+                                .map(|sub| {
+                                    let (kind, g, v, verbs): (&str, &str, &str, Vec<&str>) = match sub.as_str() {
+                                        "scale" => ("Scale", "autoscaling", "v1", vec!["get", "patch", "update"]),
+                                        "eviction" => ("Eviction", "policy", "v1", vec!["create"]),
+                                        "finalize" => (r.kind.as_str(), r.group.as_str(), r.version.as_str(), vec!["update"]),
+                                        _ => (r.kind.as_str(), r.group.as_str(), r.version.as_str(), vec!["get", "patch", "update"]),
+                                    };
+                                    json!({"subresource": sub, "responseKind": {"group": g, "version": v, "kind": kind}, "verbs": verbs})
+                                })
+                                .collect();
+                            let mut res = json!({
+                                "resource": r.plural,
+                                "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+                                "scope": scope(r.namespaced),
+                                "singularResource": r.singular,
+                                "verbs": r.verbs(),
+                            });
+                            if !r.short_names.is_empty() {
+                                res["shortNames"] = json!(r.short_names);
+                            }
+                            if !r.categories.is_empty() {
+                                res["categories"] = json!(r.categories);
+                            }
+                            if !subresources.is_empty() {
+                                res["subresources"] = json!(subresources);
+                            }
+                            res
+                        })
+                        .collect();
+                    json!({"version": version, "resources": resources, "freshness": "Current"})
+                })
+                .collect();
+            let mut meta = json!({"creationTimestamp": null});
+            if !group.is_empty() {
+                meta["name"] = json!(group);
+            }
+            json!({"metadata": meta, "versions": versions})
+        })
+        .collect();
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
+}
+
+/// The media type of aggregated discovery, when the client's Accept prefers it.
+pub fn wants_aggregated(accept: &str) -> Option<&'static str> {
+    let first = accept.split(',').next().unwrap_or("");
+    if !first.contains("as=APIGroupDiscoveryList") {
+        return None;
+    }
+    if first.contains("v=v2beta1") {
+        Some("application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList")
+    } else {
+        Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+    }
+}

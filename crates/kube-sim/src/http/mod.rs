@@ -199,6 +199,16 @@ fn route(
                 "text/plain; charset=utf-8",
             ));
         }
+        "/api" | "/api/" | "/apis" | "/apis/" if discovery::wants_aggregated(&accept).is_some() => {
+            let media = discovery::wants_aggregated(&accept).unwrap_or("application/json");
+            let core = path.trim_end_matches('/') == "/api";
+            let mut doc = discovery::aggregated(&shared.lock().registry, core);
+            if media.contains("v2beta1") {
+                doc["apiVersion"] = json!("apidiscovery.k8s.io/v2beta1");
+            }
+            let bytes = Bytes::from(serde_json::to_vec(&doc).unwrap_or_default());
+            return Ok(bytes_response(200, bytes, media));
+        }
         "/api" | "/api/" => {
             return Ok(json_response(
                 200,
