@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use capstan_apis::slo::NodeSlo;
+use capstan_runtime::testing::http_get;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -422,4 +423,78 @@ async fn kill_9_and_restart_converges() {
 
 fn nix_kill() -> nix::sys::signal::Signal {
     nix::sys::signal::Signal::SIGKILL
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bandwidth_annotation_overrides_and_an_invalid_one_is_reported_on_the_node() {
+    let cluster = Cluster::start().await;
+    let apis = Apis::new(&cluster);
+    let pp = PostParams::default();
+    let config = slo_config(&[(
+        "system-config",
+        r#"{"clusterStrategy":{"minFreeKbytesFactor":150,"totalNetworkBandwidth":"10G"}}"#,
+    )]);
+    apis.config.create(&pp, &config).await.expect("configmap");
+    let mut annotated = node("fast", &[]);
+    annotated.metadata.annotations = Some(
+        [(
+            "node.koordinator.sh/network-bandwidth".to_string(),
+            "99M".to_string(),
+        )]
+        .into(),
+    );
+    apis.nodes.create(&pp, &annotated).await.expect("node");
+    let mut broken = node("broken", &[]);
+    broken.metadata.annotations = Some(
+        [(
+            "node.koordinator.sh/network-bandwidth".to_string(),
+            "lots".to_string(),
+        )]
+        .into(),
+    );
+    apis.nodes.create(&pp, &broken).await.expect("node");
+    let controller = cluster.spawn_controller(&[]).await;
+
+    apis.wait_field(
+        "fast",
+        "/systemStrategy",
+        json!({"minFreeKbytesFactor": 150, "totalNetworkBandwidth": "99M"}),
+    )
+    .await;
+    // Decision: an invalid annotation keeps the strategy value (the reference drops systemStrategy).
+    apis.wait_field(
+        "broken",
+        "/systemStrategy",
+        json!({"minFreeKbytesFactor": 150, "totalNetworkBandwidth": "10G"}),
+    )
+    .await;
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
+    let event = eventually(WAIT, "an InvalidNetworkBandwidth Event", || async {
+        let list = events
+            .list(&ListParams::default())
+            .await
+            .expect("list events");
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("InvalidNetworkBandwidth"))
+    })
+    .await;
+    let regarding = event.regarding.expect("regarding");
+    assert_eq!(
+        (regarding.kind.as_deref(), regarding.name.as_deref()),
+        (Some("Node"), Some("broken"))
+    );
+
+    // The reference metric names, next to the runtime's controller metrics.
+    let metrics = http_get(controller.admin_addr(), "/metrics")
+        .await
+        .expect("metrics")
+        .body;
+    for line in [
+        r#"slo_controller_nodeslo_reconcile_count_total{status="succeeded",reason="createNodeSLO"} 2"#,
+        r#"slo_controller_nodeslo_spec_parse_count_total{status="succeeded",reason="system-config"} 1"#,
+        r#"capstan_controller_reconciles_total{controller="nodeslo-controller",kind="NodeSLO"}"#,
+    ] {
+        assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
+    }
 }
