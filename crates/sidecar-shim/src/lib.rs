@@ -14,6 +14,7 @@
 //! do I/O.
 
 pub mod backend;
+pub mod bench;
 pub mod gw;
 pub mod metrics;
 pub mod net;
