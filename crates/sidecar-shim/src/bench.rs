@@ -342,7 +342,7 @@ pub async fn run(options: BenchOptions) -> Result<Report, BenchError> {
 
 /// Alternating next-hop sets, so that every update really replaces the route.
 fn context(i: usize) -> SliceGwConContext {
-    let hops = if i % 2 == 0 {
+    let hops = if i.is_multiple_of(2) {
         vec!["10.1.1.2".to_owned(), "10.1.1.3".to_owned()]
     } else {
         vec!["10.1.1.2".to_owned()]

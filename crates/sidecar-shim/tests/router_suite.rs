@@ -372,11 +372,11 @@ async fn concurrent_calls(h: &mut Harness) {
         .await
         .expect("install");
     let mut calls = tokio::task::JoinSet::new();
-    for i in 0..48 {
+    for i in 0..48_u32 {
         let mut client = h.client.clone();
         calls.spawn(async move {
-            if i % 4 == 0 {
-                let hops = if i % 8 == 0 {
+            if i.is_multiple_of(4) {
+                let hops = if i.is_multiple_of(8) {
                     vec!["10.1.1.2".to_owned(), "10.1.1.3".to_owned()]
                 } else {
                     vec!["10.1.1.3".to_owned(), "10.1.1.2".to_owned()]
