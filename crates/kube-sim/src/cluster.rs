@@ -2,6 +2,7 @@
 //! garbage collection, namespaces), get and list. No HTTP here: callers pass parsed options.
 
 use crate::apply::{self, Writer};
+use crate::convert;
 use crate::error::{ApiError, FieldError};
 use crate::patch::{self, PatchError};
 use crate::registry::{Registry, ResourceInfo, StorageKey};
@@ -225,12 +226,10 @@ impl Cluster {
 
     /// Renders a stored object in the requested version.
     pub fn present(info: &ResourceInfo, obj: &Arc<Value>) -> Arc<Value> {
-        if obj["apiVersion"].as_str() == Some(info.api_version().as_str()) {
+        if !convert::needs_conversion(info, obj) {
             return obj.clone();
         }
-        let mut o = (**obj).clone();
-        o["apiVersion"] = json!(info.api_version());
-        Arc::new(o)
+        Arc::new(convert::from_storage(info, obj))
     }
 
     pub fn get(&self, info: &ResourceInfo, ns: &str, name: &str) -> Result<Arc<Value>> {
@@ -531,6 +530,7 @@ impl Cluster {
         Self::reset_status_on_create(info, &mut body);
         self.admit_custom(info, &mut body, opts)?;
         Self::admit_crd(info, &mut body, None)?;
+        let mut body = convert::to_storage(info, body);
         apply::track_update(
             None,
             &mut body,
@@ -630,6 +630,7 @@ impl Cluster {
         }
         new["apiVersion"] = json!(info.api_version());
         new["kind"] = json!(info.kind);
+        let mut new = convert::to_storage(info, new);
         {
             let om = meta(old).clone();
             let m = meta_mut(&mut new);

@@ -12,6 +12,7 @@
 
 pub mod apply;
 pub mod cluster;
+pub mod convert;
 pub mod error;
 mod http;
 pub mod patch;

@@ -50,6 +50,10 @@ impl ResourceInfo {
         }
     }
     pub fn storage_key(&self) -> StorageKey {
+        // events.k8s.io/v1 Events are stored with core Events, as kube-apiserver does.
+        if self.group == "events.k8s.io" && self.plural == "events" {
+            return (String::new(), "events".into());
+        }
         (self.group.clone(), self.plural.clone())
     }
     pub fn has_status(&self) -> bool {

@@ -584,7 +584,7 @@ async fn recorder_publishes_events() {
         .await
         .expect("publish again");
     let events: Api<DynamicObject> = Api::namespaced_with(
-        client,
+        client.clone(),
         "default",
         &ApiResource {
             group: "events.k8s.io".into(),
@@ -603,6 +603,21 @@ async fn recorder_publishes_events() {
     assert_eq!(e.data["reason"], "Tested");
     assert_eq!(e.data["regarding"]["name"], "target");
     assert_eq!(e.data["series"]["count"], 2);
+    // One storage with core/v1 Events, as kube-apiserver: `kubectl describe` finds it there.
+    let core: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let described = core
+        .list(
+            &ListParams::default()
+                .fields("involvedObject.name=target,involvedObject.kind=ConfigMap"),
+        )
+        .await
+        .expect("core events");
+    assert_eq!(described.items.len(), 1);
+    assert_eq!(described.items[0].message.as_deref(), Some("hello"));
+    assert_eq!(
+        described.items[0].reporting_component.as_deref(),
+        Some("test-controller")
+    );
     sim.shutdown().await;
 }
 

@@ -38,17 +38,13 @@ impl WatchFilter {
         let obj = if self.table {
             to_table(
                 &self.info,
-                &[Arc::new(obj.clone())],
+                &[Arc::new(crate::convert::from_storage(&self.info, obj))],
                 json!({}),
                 true,
                 "Object",
             )
-        } else if obj["apiVersion"].as_str() != Some(self.info.api_version().as_str())
-            && obj["kind"].is_string()
-        {
-            let mut o = obj.clone();
-            o["apiVersion"] = json!(self.info.api_version());
-            o
+        } else if crate::convert::needs_conversion(&self.info, obj) {
+            crate::convert::from_storage(&self.info, obj)
         } else {
             return self.raw_line(
                 type_,
