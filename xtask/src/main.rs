@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod ci;
 mod crdgen;
 mod demo;
@@ -23,6 +24,8 @@ enum Command {
     Crdgen(crdgen::Args),
     /// Run kube-sim with Capstan's CRDs and every controller against it (the README's first command).
     Demo(demo::Args),
+    /// Build in release mode and run a benchmark: `cargo xtask bench nodeslo [-- --nodes 2000]`.
+    Bench(bench::Args),
     /// Run every gate CI runs: fmt, CRD drift, clippy, the test suite, the demo smoke run.
     Ci,
 }
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
         Command::Crdgen(args) => crdgen::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Ci => ci::run(),
+        Command::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,106 @@
+//! A fresh kube-sim with Capstan's CRDs, and a controller process running against it.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use tokio::process::{Child, Command};
+
+pub struct Cluster {
+    pub sim: kube_sim::KubeSim,
+    pub client: kube::Client,
+    pub kubeconfig: std::path::PathBuf,
+}
+
+impl Cluster {
+    pub async fn start(scratch: &Path, name: &str) -> Result<Self> {
+        let config = kube_sim::Config {
+            history_size: 100_000,
+            ..kube_sim::Config::default()
+        };
+        let sim = kube_sim::KubeSim::start(config).await?;
+        let client = sim.client()?;
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in capstan_apis::crds::all() {
+            crds.create(&PostParams::default(), &crd).await?;
+        }
+        for crd in capstan_apis::crds::all() {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            let established = kube::runtime::wait::await_condition(
+                crds.clone(),
+                &name,
+                kube::runtime::conditions::is_crd_established(),
+            );
+            tokio::time::timeout(Duration::from_secs(30), established).await??;
+        }
+        let kubeconfig = scratch.join(format!("{name}.kubeconfig"));
+        sim.write_kubeconfig(&kubeconfig)?;
+        Ok(Self {
+            sim,
+            client,
+            kubeconfig,
+        })
+    }
+
+    /// Writes since the start: kube-sim's one resourceVersion counter moves once per write.
+    pub fn writes(&self) -> u64 {
+        self.sim.resource_version()
+    }
+}
+
+pub struct Controller {
+    child: Child,
+}
+
+impl Controller {
+    pub fn spawn(bin: &Path, args: &[&str]) -> Result<Self> {
+        let child = Command::new(bin)
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| {
+                format!(
+                    "starting {} (build it with cargo xtask bench)",
+                    bin.display()
+                )
+            })?;
+        Ok(Self { child })
+    }
+
+    /// Peak resident set size in bytes (`VmHWM` of /proc/PID/status).
+    pub fn peak_rss(&self) -> Result<u64> {
+        let pid = self.child.id().context("controller already exited")?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .context("no VmHWM")?;
+        let kib: u64 = line
+            .split_whitespace()
+            .nth(1)
+            .context("VmHWM value")?
+            .parse()?;
+        Ok(kib * 1024)
+    }
+
+    pub async fn stop(mut self) -> Result<()> {
+        if let Some(pid) = self.child.id() {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(i32::try_from(pid)?),
+                nix::sys::signal::Signal::SIGTERM,
+            )?;
+        }
+        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await??;
+        if !status.success() {
+            bail!("controller exited with {status}");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,44 @@
+//! `capstan-bench`: benchmarks run by `cargo xtask bench <target>` in release mode.
+//!
+//! Every figure that depends on the machine is reported as a ratio against a baseline measured in
+//! the same process on the same kube-sim (the "floor"), so results compare across machines and
+//! nothing here asserts a wall-clock time.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+mod cluster;
+mod nodeslo;
+mod report;
+
+#[derive(Parser)]
+#[command(
+    name = "capstan-bench",
+    about = "Capstan benchmarks (ratios against an in-run baseline)"
+)]
+struct Cli {
+    /// Folder holding the release binaries under test.
+    #[arg(long, global = true, default_value = "target/release")]
+    bin_dir: PathBuf,
+    #[command(subcommand)]
+    target: Target,
+}
+
+#[derive(Subcommand)]
+enum Target {
+    /// NodeSLO controller: convergence and config fan-out against a bare client, writes per node, peak RSS.
+    Nodeslo(nodeslo::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        match cli.target {
+            Target::Nodeslo(args) => nodeslo::run(&cli.bin_dir, &args).await,
+        }
+    })
+}

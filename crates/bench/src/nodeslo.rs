@@ -1,0 +1,244 @@
+//! NodeSLO controller at scale: N nodes (10,000 by default).
+//!
+//! - converge: controller start until every Node has its NodeSLO, against the floor of a bare
+//!   client creating N NodeSLOs with the same concurrency on a fresh kube-sim (target 1.3x);
+//! - fan-out: a ConfigMap change until all N NodeSLOs carry it, against the floor of a bare client
+//!   patching N NodeSLOs (same comparison);
+//! - writes per node on create and on change (target 1), and in steady state (target 0);
+//! - the controller's peak RSS (target under 64 MiB).
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use capstan_apis::slo::{NodeSlo, NodeSloSpec};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+
+use crate::cluster::{Cluster, Controller};
+use crate::report::Report;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Number of nodes.
+    #[arg(long, default_value_t = 10_000)]
+    nodes: usize,
+    /// Concurrent writes, the controller's `--workers` and the floor client's alike.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+}
+
+const TIMEOUT: Duration = Duration::from_secs(600);
+
+pub async fn run(bin_dir: &Path, args: &Args) -> Result<()> {
+    let scratch = std::env::temp_dir().join(format!("capstan-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let n = args.nodes;
+    let c = args.concurrency;
+    eprintln!("nodeslo bench: {n} nodes, concurrency {c}");
+
+    // Floor: a bare client creating, then patching, N NodeSLOs on its own kube-sim.
+    let floor = Cluster::start(&scratch, "floor").await?;
+    let slos: Api<NodeSlo> = Api::all(floor.client.clone());
+    let started = Instant::now();
+    for_each_concurrent(n, c, |i| {
+        let slos = slos.clone();
+        async move {
+            slos.create(
+                &PostParams::default(),
+                &NodeSlo::new(&node_name(i), NodeSloSpec::default()),
+            )
+            .await
+            .map(drop)
+        }
+    })
+    .await?;
+    let floor_create = started.elapsed();
+    let started = Instant::now();
+    for_each_concurrent(n, c, |i| {
+        let slos = slos.clone();
+        let patch =
+            json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": 42}}});
+        async move {
+            slos.patch(
+                &node_name(i),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map(drop)
+        }
+    })
+    .await?;
+    let floor_update = started.elapsed();
+    drop(floor);
+
+    // The controller on a kube-sim holding N Nodes.
+    let cluster = Cluster::start(&scratch, "controller").await?;
+    let nodes: Api<Node> = Api::all(cluster.client.clone());
+    for_each_concurrent(n, 16, |i| {
+        let nodes = nodes.clone();
+        let node: Node = serde_json::from_value(
+            json!({"metadata": {"name": node_name(i), "labels": {"pool": format!("p{}", i % 4)}}}),
+        )
+        .expect("valid node");
+        async move { nodes.create(&PostParams::default(), &node).await.map(drop) }
+    })
+    .await?;
+    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "koordinator-system"}}))?,
+        )
+        .await?;
+
+    let writes_before = cluster.writes();
+    let converged = wait_for_percent(&cluster, n, 65);
+    let started = Instant::now();
+    let kubeconfig = cluster.kubeconfig.to_string_lossy().into_owned();
+    let workers = c.to_string();
+    let controller = Controller::spawn(
+        &bin_dir.join("nodeslo-controller"),
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--workers",
+            &workers,
+            "--log-level",
+            "warn",
+        ],
+    )?;
+    converged.flatten().await?;
+    let controller_create = started.elapsed();
+    let create_writes = cluster.writes() - writes_before;
+
+    // A config change that reaches every NodeSLO.
+    let configs: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "koordinator-system");
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "slo-controller-config", "namespace": "koordinator-system"},
+        "data": {"resource-threshold-config": r#"{"clusterStrategy":{"cpuSuppressThresholdPercent":42}}"#}
+    }))?;
+    let updated = wait_for_percent(&cluster, n, 42);
+    let writes_before = cluster.writes();
+    let started = Instant::now();
+    configs.create(&PostParams::default(), &cm).await?;
+    updated.flatten().await?;
+    let controller_update = started.elapsed();
+    let update_writes = cluster.writes() - writes_before - 1;
+
+    // Steady state: nothing changes, nothing is written.
+    let writes_before = cluster.writes();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let steady_writes = cluster.writes() - writes_before;
+    let peak_rss = controller.peak_rss()?;
+    controller.stop().await?;
+    let _ = std::fs::remove_dir_all(&scratch);
+
+    let mut report = Report::new(format!("nodeslo-controller, {n} nodes, concurrency {c}"));
+    report.ratio(
+        "converge (create all NodeSLOs)",
+        controller_create,
+        floor_create,
+        "<= 1.3x",
+    );
+    report.ratio(
+        "config change reaches all NodeSLOs",
+        controller_update,
+        floor_update,
+        "<= 1.3x",
+    );
+    let per_node = |writes: u64| format!("{:.3}", writes as f64 / n as f64);
+    report.row(
+        "writes per node on create",
+        per_node(create_writes),
+        "target 1 (reads: list+watch only, no per-node GET)",
+    );
+    report.row(
+        "writes per node on config change",
+        per_node(update_writes),
+        "target 1",
+    );
+    report.row(
+        "writes in 3 s of steady state",
+        steady_writes.to_string(),
+        "target 0",
+    );
+    report.row(
+        "controller peak RSS",
+        format!("{:.1} MiB", peak_rss as f64 / 1048576.0),
+        "target < 64 MiB",
+    );
+    println!("{report}");
+    Ok(())
+}
+
+fn node_name(i: usize) -> String {
+    format!("node-{i:05}")
+}
+
+/// Runs `op(0..n)` with at most `concurrency` in flight; the first error stops it.
+async fn for_each_concurrent<F, Fut>(n: usize, concurrency: usize, op: F) -> Result<()>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<(), kube::Error>>,
+{
+    stream::iter(0..n)
+        .map(op)
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+/// Resolves once `n` NodeSLOs have `cpuSuppressThresholdPercent == percent`; the watch starts now,
+/// so it sees every change made after this call.
+fn wait_for_percent(
+    cluster: &Cluster,
+    n: usize,
+    percent: i64,
+) -> tokio::task::JoinHandle<Result<()>> {
+    let api: Api<NodeSlo> = Api::all(cluster.client.clone());
+    tokio::spawn(async move {
+        let mut done: HashSet<String> = HashSet::new();
+        let mut events = std::pin::pin!(
+            watcher(api, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+        );
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        while done.len() < n {
+            let next = tokio::time::timeout_at(deadline, events.next())
+                .await
+                .context("timed out")?;
+            let Some(slo) = next.transpose()? else {
+                bail!("watch ended")
+            };
+            let value = slo
+                .spec
+                .resource_used_threshold_with_be
+                .and_then(|t| t.cpu_suppress_threshold_percent);
+            let name = slo.metadata.name.unwrap_or_default();
+            if value == Some(percent) {
+                done.insert(name);
+            }
+        }
+        Ok(())
+    })
+}
+
+trait Flatten {
+    async fn flatten(self) -> Result<()>;
+}
+
+impl Flatten for tokio::task::JoinHandle<Result<()>> {
+    async fn flatten(self) -> Result<()> {
+        self.await.context("watch task")?
+    }
+}
