@@ -222,7 +222,8 @@ fn qos_profile() -> SliceQosProfile {
     }
 }
 
-async fn qos_profile_is_validated_first(h: &mut Harness) {
+async fn qos_profile_is_validated_and_applied(h: &mut Harness) {
+    h.add_gateway_interfaces();
     let mut invalid = qos_profile();
     invalid.bw_guaranteed = 6000;
     let status = h
@@ -234,22 +235,53 @@ async fn qos_profile_is_validated_first(h: &mut Harness) {
         (status.code(), status.message()),
         (Code::InvalidArgument, gw::INVALID_BANDWIDTH)
     );
+    if let View::Kernel(netns) = &h.view {
+        let qdisc = netns.tc_root_qdisc("tun0");
+        assert_ne!(
+            qdisc["kind"], "htb",
+            "nothing applied for an invalid profile: {qdisc}"
+        );
+    }
 
-    let applied = h.client.update_slice_qos_profile(qos_profile()).await;
+    let mut tbf = qos_profile();
+    tbf.class_type = ClassType::Tbf as i32;
+    tbf.dscp_class = "QOS_PROFILE_DSCP_CLASS_AF11".into();
+    let reply = h
+        .client
+        .update_slice_qos_profile(tbf)
+        .await
+        .expect("TBF profile");
+    assert_eq!(reply.into_inner().status_msg, gw::QOS_ENFORCED);
+    match &h.view {
+        View::Memory(memory) => assert_eq!(memory.snapshot().qos["red"].class_type, "TBF"),
+        View::Kernel(netns) => {
+            let qdisc = netns.tc_root_qdisc("tun0");
+            assert_eq!(qdisc["kind"], "tbf", "{qdisc}");
+            // 5000 kbit/s = 625000 bytes/s.
+            assert_eq!(qdisc["options"]["rate"], 625_000, "{qdisc}");
+        }
+    }
+
+    let reply = h
+        .client
+        .update_slice_qos_profile(qos_profile())
+        .await
+        .expect("HTB profile");
+    assert_eq!(reply.into_inner().status_msg, gw::QOS_ENFORCED);
+    h.client
+        .update_slice_qos_profile(qos_profile())
+        .await
+        .expect("same profile again");
     match &h.view {
         View::Memory(memory) => {
-            assert_eq!(
-                applied.expect("memory records QoS").into_inner().status_msg,
-                gw::QOS_ENFORCED
-            );
             let recorded = memory.snapshot().qos;
             assert_eq!(recorded["red"].class_type, "HTB");
             assert_eq!(recorded["red"].bw_ceiling, 5000);
         }
-        View::Kernel(_) => {
-            let status = applied.expect_err("tc is not implemented in the kernel backend");
-            assert_eq!(status.code(), Code::Unimplemented);
-            assert!(status.message().contains("QoS"), "{}", status.message());
+        View::Kernel(netns) => {
+            assert_eq!(netns.tc_root_qdisc("tun0")["kind"], "htb");
+            let classes = netns.tc(&["class", "show", "dev", "tun0"]);
+            assert!(classes.contains("rate 1Mbit ceil 5Mbit"), "{classes}");
         }
     }
 }
@@ -352,7 +384,7 @@ both_backends!(
     status_without_interfaces,
     status_with_interfaces,
     connection_context_routes_the_remote_subnet,
-    qos_profile_is_validated_first,
+    qos_profile_is_validated_and_applied,
     remote_pod_name_asks_the_peer,
 );
 
@@ -468,4 +500,19 @@ async fn kernel_tunnel_goes_down_after_full_loss_and_recovers() {
     stop.store(true, Ordering::Relaxed);
     sender.join().expect("sender thread");
     let _ = client.get_status(()).await.expect("still serving");
+}
+
+/// Kernel only: QoS needs a tunnel interface; without one the call fails with the reason.
+#[tokio::test]
+async fn kernel_qos_without_tunnel_is_internal() {
+    let Some(mut h) = kernel_harness("kernel_qos_without_tunnel_is_internal").await else {
+        return;
+    };
+    let status = h
+        .client
+        .update_slice_qos_profile(qos_profile())
+        .await
+        .expect_err("no tunnel");
+    assert_eq!(status.code(), Code::Internal);
+    assert!(status.message().contains("tun"), "{}", status.message());
 }

@@ -1,12 +1,13 @@
 //! Gateway state from the kernel through rtnetlink: the IPv4 address of `nsm0`,
 //! the first `tun*` interface and its counters (sampled by a monitor task, see
-//! [`super::tunnel`]), and the route to the remote slice subnet.
+//! [`super::tunnel`]), the route to the remote slice subnet, and QoS with `tc`
+//! (TBF or HTB on the tunnel interface; DSCP marking is not done).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use capstan_proto::sidecar::{SliceQosProfile, TunnelInterfaceStatus, TunnelStatusType};
+use capstan_proto::sidecar::{ClassType, SliceQosProfile, TunnelInterfaceStatus, TunnelStatusType};
 use futures::TryStreamExt;
 use rtnetlink::Handle;
 use rtnetlink::packet_route::address::AddressMessage;
@@ -26,6 +27,8 @@ pub const TUNNEL_PREFIX: &str = "tun";
 #[derive(Debug)]
 pub struct KernelGw {
     netlink: Netlink,
+    /// Where `tc` runs (`nsenter --net=PATH`), when not in this process's namespace.
+    netns: Option<PathBuf>,
     tracker: Arc<Mutex<TunnelTracker>>,
     monitor: tokio::task::JoinHandle<()>,
 }
@@ -51,6 +54,7 @@ impl KernelGw {
         let monitor = tokio::spawn(monitor(netlink.clone(), tracker.clone(), check_interval));
         Ok(Self {
             netlink,
+            netns: netns.map(Path::to_path_buf),
             tracker,
             monitor,
         })
@@ -206,9 +210,195 @@ impl GwBackend for KernelGw {
             })
     }
 
-    async fn apply_qos(&self, _profile: &SliceQosProfile) -> Result<(), BackendError> {
-        Err(BackendError::Unsupported(
-            "QoS enforcement (tc HTB/TBF) is not implemented by the kernel backend yet".into(),
-        ))
+    async fn apply_qos(&self, profile: &SliceQosProfile) -> Result<(), BackendError> {
+        let interface = {
+            let netlink = self.netlink.lock().await;
+            tunnel_link(netlink.handle).await?.map(|link| link.name)
+        };
+        let interface = interface.ok_or_else(|| {
+            BackendError::Kernel("no tun* interface to apply the QoS profile to".into())
+        })?;
+        let current = root_qdisc(self.netns.as_deref(), &interface).await?;
+        for args in tc_commands(&interface, profile, current.as_ref()) {
+            run_tc(self.netns.as_deref(), &args).await?;
+        }
+        tracing::info!(%interface, class = ?ClassType::try_from(profile.class_type), ceiling_kbit = profile.bw_ceiling, "QoS applied");
+        Ok(())
+    }
+}
+
+/// The root qdisc of an interface, as `tc -j qdisc show` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootQdisc {
+    pub kind: String,
+    pub handle: String,
+}
+
+fn command(args: &[&str]) -> Vec<String> {
+    args.iter().map(|arg| (*arg).to_owned()).collect()
+}
+
+/// The `tc` invocations that shape `interface` as `profile` says (validated), with
+/// `replace` so that applying the same profile twice changes nothing. Rates are
+/// kbit/s, as in KubeSlice. TBF limits to the ceiling (KubeSlice's command); HTB
+/// guarantees `bwGuaranteed` (or the ceiling when 0) and borrows up to the ceiling.
+/// An HTB root already in place is kept: the kernel cannot "replace" it in place.
+pub fn tc_commands(
+    interface: &str,
+    profile: &SliceQosProfile,
+    current: Option<&RootQdisc>,
+) -> Vec<Vec<String>> {
+    let ceiling = format!("{}kbit", profile.bw_ceiling);
+    if ClassType::try_from(profile.class_type) != Ok(ClassType::Htb) {
+        return vec![command(&[
+            "qdisc", "replace", "dev", interface, "root", "tbf", "rate", &ceiling, "burst",
+            "32kbit", "latency", "500ms",
+        ])];
+    }
+    let guaranteed = if profile.bw_guaranteed == 0 {
+        ceiling.clone()
+    } else {
+        format!("{}kbit", profile.bw_guaranteed)
+    };
+    let priority = profile.priority.to_string();
+    let htb_root_in_place = current.is_some_and(|root| root.kind == "htb" && root.handle == "1:");
+    let mut commands = Vec::new();
+    if !htb_root_in_place {
+        commands.push(command(&[
+            "qdisc", "replace", "dev", interface, "root", "handle", "1:", "htb", "default", "1",
+        ]));
+    }
+    commands.push(command(&[
+        "class",
+        "replace",
+        "dev",
+        interface,
+        "parent",
+        "1:",
+        "classid",
+        "1:1",
+        "htb",
+        "rate",
+        &guaranteed,
+        "ceil",
+        &ceiling,
+        "prio",
+        &priority,
+    ]));
+    commands
+}
+
+async fn root_qdisc(
+    netns: Option<&Path>,
+    interface: &str,
+) -> Result<Option<RootQdisc>, BackendError> {
+    let json = run_tc(netns, &command(&["-j", "qdisc", "show", "dev", interface])).await?;
+    Ok(parse_root_qdisc(&json))
+}
+
+fn parse_root_qdisc(json: &str) -> Option<RootQdisc> {
+    let qdiscs: Vec<serde_json::Value> = serde_json::from_str(json).ok()?;
+    let root = qdiscs.iter().find(|q| q["root"] == true)?;
+    Some(RootQdisc {
+        kind: root["kind"].as_str()?.to_owned(),
+        handle: root["handle"].as_str().unwrap_or_default().to_owned(),
+    })
+}
+
+/// Runs `tc ARGS` (in `netns` when given) and returns its standard output.
+async fn run_tc(netns: Option<&Path>, args: &[String]) -> Result<String, BackendError> {
+    let mut command = match netns {
+        None => tokio::process::Command::new("tc"),
+        Some(path) => {
+            let mut command = tokio::process::Command::new("nsenter");
+            command.arg(format!("--net={}", path.display())).arg("tc");
+            command
+        }
+    };
+    let output = command
+        .args(args)
+        .output()
+        .await
+        .map_err(|error| BackendError::Kernel(format!("run tc {}: {error}", args.join(" "))))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(BackendError::Kernel(format!(
+            "tc {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(class: ClassType, ceiling: u32, guaranteed: u32) -> SliceQosProfile {
+        SliceQosProfile {
+            class_type: class as i32,
+            bw_ceiling: ceiling,
+            bw_guaranteed: guaranteed,
+            priority: 2,
+            ..Default::default()
+        }
+    }
+
+    fn joined(commands: &[Vec<String>]) -> Vec<String> {
+        commands.iter().map(|c| c.join(" ")).collect()
+    }
+
+    #[test]
+    fn tbf_is_kubeslices_command_with_replace() {
+        let commands = tc_commands("tun0", &profile(ClassType::Tbf, 5000, 1000), None);
+        assert_eq!(
+            joined(&commands),
+            ["qdisc replace dev tun0 root tbf rate 5000kbit burst 32kbit latency 500ms"]
+        );
+    }
+
+    #[test]
+    fn htb_guarantees_and_borrows_up_to_the_ceiling() {
+        let commands = tc_commands("tun1", &profile(ClassType::Htb, 5000, 1000), None);
+        assert_eq!(
+            joined(&commands),
+            [
+                "qdisc replace dev tun1 root handle 1: htb default 1",
+                "class replace dev tun1 parent 1: classid 1:1 htb rate 1000kbit ceil 5000kbit prio 2",
+            ]
+        );
+        let no_guarantee = tc_commands("tun1", &profile(ClassType::Htb, 5000, 0), None);
+        assert!(joined(&no_guarantee)[1].contains("rate 5000kbit ceil 5000kbit"));
+    }
+
+    #[test]
+    fn an_htb_root_in_place_is_kept() {
+        let htb = RootQdisc {
+            kind: "htb".into(),
+            handle: "1:".into(),
+        };
+        let commands = tc_commands("tun1", &profile(ClassType::Htb, 5000, 1000), Some(&htb));
+        assert_eq!(joined(&commands).len(), 1);
+        assert!(joined(&commands)[0].starts_with("class replace"));
+        let tbf = RootQdisc {
+            kind: "tbf".into(),
+            handle: "8001:".into(),
+        };
+        let commands = tc_commands("tun1", &profile(ClassType::Htb, 5000, 1000), Some(&tbf));
+        assert_eq!(commands.len(), 2);
+    }
+
+    #[test]
+    fn root_qdisc_from_tc_json() {
+        let json = r#"[{"kind":"htb","handle":"1:","root":true,"options":{}},{"kind":"fq","handle":"0:","parent":"1:1"}]"#;
+        assert_eq!(
+            parse_root_qdisc(json),
+            Some(RootQdisc {
+                kind: "htb".into(),
+                handle: "1:".into()
+            })
+        );
+        assert_eq!(parse_root_qdisc("[]"), None);
     }
 }

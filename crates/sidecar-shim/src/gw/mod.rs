@@ -69,11 +69,31 @@ pub fn validate_connection_context(
     Ok(GatewayRoute { subnet, via })
 }
 
-/// DSCP classes accepted in `dscpClass` (empty: no marking).
-const DSCP_CLASSES: [&str; 23] = [
-    "", "Default", "AF11", "AF12", "AF13", "AF21", "AF22", "AF23", "AF31", "AF32", "AF33", "AF41",
-    "AF42", "AF43", "CS1", "CS2", "CS3", "CS4", "CS5", "CS6", "CS7", "EF", "CS0",
+/// DSCP classes accepted in `dscpClass`: the short names, empty (no marking), and
+/// the `QOS_PROFILE_DSCP_CLASS_<NAME>` form KubeSlice's controller sends.
+const DSCP_CLASSES: [&str; 14] = [
+    "DEFAULT", "AF11", "AF12", "AF13", "AF21", "AF22", "AF23", "AF31", "AF32", "AF33", "AF41",
+    "AF42", "AF43", "EF",
 ];
+const DSCP_CONTROLLER_PREFIX: &str = "QOS_PROFILE_DSCP_CLASS_";
+
+/// The DSCP class name (`AF11`, `EF`, `Default`) of a `dscpClass` value, if valid.
+pub fn dscp_class(value: &str) -> Option<&'static str> {
+    if value.is_empty() {
+        return Some("Default");
+    }
+    let name = value.strip_prefix(DSCP_CONTROLLER_PREFIX).unwrap_or(value);
+    DSCP_CLASSES
+        .iter()
+        .find(|class| class.eq_ignore_ascii_case(name))
+        .map(|class| {
+            if *class == "DEFAULT" {
+                "Default"
+            } else {
+                class
+            }
+        })
+}
 
 pub fn validate_qos(profile: &SliceQosProfile) -> Result<(), InvalidArgument> {
     TcType::try_from(profile.tc_type).map_err(|_| InvalidArgument(INVALID_TC_TYPE))?;
@@ -84,7 +104,7 @@ pub fn validate_qos(profile: &SliceQosProfile) -> Result<(), InvalidArgument> {
     if profile.priority > 7 {
         return Err(InvalidArgument(INVALID_PRIORITY));
     }
-    if !DSCP_CLASSES.contains(&profile.dscp_class.as_str()) {
+    if dscp_class(&profile.dscp_class).is_none() {
         return Err(InvalidArgument(INVALID_DSCP_CLASS));
     }
     Ok(())
@@ -297,5 +317,23 @@ mod tests {
         assert_eq!(check(|p| p.bw_guaranteed = 6000), INVALID_BANDWIDTH);
         assert_eq!(check(|p| p.priority = 8), INVALID_PRIORITY);
         assert_eq!(check(|p| p.dscp_class = "AF99".into()), INVALID_DSCP_CLASS);
+        assert_eq!(
+            check(|p| p.dscp_class = "QOS_PROFILE_DSCP_CLASS_CS9".into()),
+            INVALID_DSCP_CLASS
+        );
+    }
+
+    #[test]
+    fn dscp_classes_in_both_spellings() {
+        assert_eq!(dscp_class("AF11"), Some("AF11"));
+        assert_eq!(dscp_class("QOS_PROFILE_DSCP_CLASS_AF11"), Some("AF11"));
+        assert_eq!(dscp_class("QOS_PROFILE_DSCP_CLASS_EF"), Some("EF"));
+        assert_eq!(
+            dscp_class("QOS_PROFILE_DSCP_CLASS_DEFAULT"),
+            Some("Default")
+        );
+        assert_eq!(dscp_class("Default"), Some("Default"));
+        assert_eq!(dscp_class(""), Some("Default"));
+        assert_eq!(dscp_class("AF5"), None);
     }
 }

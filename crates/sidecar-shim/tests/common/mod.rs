@@ -166,6 +166,23 @@ impl Netns {
         run("ip", &full)
     }
 
+    /// `tc -n NAME ARGS`, which must succeed.
+    pub fn tc(&self, args: &[&str]) -> String {
+        let mut full = vec!["-n", self.name.as_str()];
+        full.extend_from_slice(args);
+        run("tc", &full)
+    }
+
+    /// The root qdisc of `dev` as `tc -j` shows it.
+    pub fn tc_root_qdisc(&self, dev: &str) -> serde_json::Value {
+        let json = self.tc(&["-j", "qdisc", "show", "dev", dev]);
+        let qdiscs: Vec<serde_json::Value> = serde_json::from_str(&json).expect("tc -j is JSON");
+        qdiscs
+            .into_iter()
+            .find(|q| q["root"] == true)
+            .unwrap_or(serde_json::Value::Null)
+    }
+
     /// A veth pair with `local` addressed and both ends up.
     pub fn veth(&self, name: &str, peer: &str, address: Option<&str>) {
         self.ip(&["link", "add", name, "type", "veth", "peer", "name", peer]);
