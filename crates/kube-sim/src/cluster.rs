@@ -408,6 +408,32 @@ impl Cluster {
         Ok(())
     }
 
+    /// Services of type ClusterIP/NodePort/LoadBalancer get a free address from 10.96.0.0/16.
+    fn allocate_cluster_ip(&self, info: &ResourceInfo, obj: &mut Value) {
+        if !(info.group.is_empty() && info.plural == "services")
+            || obj["spec"]["type"] == "ExternalName"
+            || obj["spec"]["clusterIP"]
+                .as_str()
+                .is_some_and(|ip| !ip.is_empty())
+        {
+            return;
+        }
+        let taken: std::collections::HashSet<String> = self
+            .store
+            .list(&info.storage_key(), None)
+            .filter_map(|(_, s)| s["spec"]["clusterIP"].as_str().map(String::from))
+            .collect();
+        for _ in 0..1000 {
+            let n = self.random.next_u64();
+            let ip = format!("10.96.{}.{}", (n >> 8) % 256, (n % 254) + 1);
+            if !taken.contains(&ip) {
+                obj["spec"]["clusterIP"] = json!(ip);
+                obj["spec"]["clusterIPs"] = json!([ip]);
+                return;
+            }
+        }
+    }
+
     fn rebuild_registry_if_crd(&mut self, info: &ResourceInfo) {
         if info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions" {
             let key = info.storage_key();
@@ -530,6 +556,8 @@ impl Cluster {
         Self::reset_status_on_create(info, &mut body);
         self.admit_custom(info, &mut body, opts)?;
         Self::admit_crd(info, &mut body, None)?;
+        crate::defaults::apply(info, &mut body);
+        self.allocate_cluster_ip(info, &mut body);
         let mut body = convert::to_storage(info, body);
         apply::track_update(
             None,
@@ -630,6 +658,17 @@ impl Cluster {
         }
         new["apiVersion"] = json!(info.api_version());
         new["kind"] = json!(info.kind);
+        crate::defaults::apply(info, &mut new);
+        if info.group.is_empty() && info.plural == "services" && new["spec"].is_object() {
+            // An allocated cluster IP stays when an update leaves it out.
+            for k in ["clusterIP", "clusterIPs"] {
+                if new["spec"].get(k).is_none()
+                    && let Some(v) = old["spec"].get(k)
+                {
+                    new["spec"][k] = v.clone();
+                }
+            }
+        }
         let mut new = convert::to_storage(info, new);
         {
             let om = meta(old).clone();

@@ -13,6 +13,7 @@
 pub mod apply;
 pub mod cluster;
 pub mod convert;
+pub mod defaults;
 pub mod error;
 mod http;
 pub mod patch;

@@ -935,3 +935,68 @@ async fn pagination_and_deletecollection() {
     assert_eq!(by_field.items.len(), 1);
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn built_in_kinds_are_defaulted_and_scaled() {
+    let sim = common::start().await;
+    let client = sim.client().expect("client");
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::default_namespaced(client.clone());
+    let d: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.25", "ports": [{"containerPort": 80}]}]}}}
+    }))
+    .expect("valid");
+    let created = deployments
+        .create(&PostParams::default(), &d)
+        .await
+        .expect("create");
+    let spec = created.spec.as_ref().expect("spec");
+    assert_eq!(spec.replicas, Some(1));
+    assert_eq!(spec.revision_history_limit, Some(10));
+    let c = &spec.template.spec.as_ref().expect("pod spec").containers[0];
+    assert_eq!(c.image_pull_policy.as_deref(), Some("IfNotPresent"));
+    assert_eq!(
+        c.ports.as_ref().expect("ports")[0].protocol.as_deref(),
+        Some("TCP")
+    );
+    // Re-sending the object without the defaults is not a change.
+    let same = deployments.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:1.25", "ports": [{"containerPort": 80}]}]}}}}))).await.expect("patch");
+    assert_eq!(same.resource_version(), created.resource_version());
+    assert_eq!(same.metadata.generation, Some(1));
+    // The scale subresource.
+    let scale = deployments.get_scale("web").await.expect("get scale");
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(1));
+    deployments
+        .patch_scale(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 4}})),
+        )
+        .await
+        .expect("patch scale");
+    let scaled = deployments.get("web").await.expect("get");
+    assert_eq!(scaled.spec.and_then(|s| s.replicas), Some(4));
+    assert_eq!(scaled.metadata.generation, Some(2));
+
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::default_namespaced(client);
+    let s: k8s_openapi::api::core::v1::Service = serde_json::from_value(
+        json!({"metadata": {"name": "svc"}, "spec": {"ports": [{"port": 80}]}}),
+    )
+    .expect("valid");
+    let svc = services
+        .create(&PostParams::default(), &s)
+        .await
+        .expect("create service");
+    let spec = svc.spec.expect("spec");
+    assert!(
+        spec.cluster_ip
+            .as_deref()
+            .is_some_and(|ip| ip.starts_with("10.96.")),
+        "{:?}",
+        spec.cluster_ip
+    );
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+    sim.shutdown().await;
+}
