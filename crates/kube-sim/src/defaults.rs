@@ -86,11 +86,9 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
             }
             default_pod_spec(&mut spec["template"]["spec"]);
         }
-        ("apps", "replicasets") => {
-            if obj["spec"].is_object() {
-                set_default(&mut obj["spec"], "replicas", json!(1));
-                default_pod_spec(&mut obj["spec"]["template"]["spec"]);
-            }
+        ("apps", "replicasets") if obj["spec"].is_object() => {
+            set_default(&mut obj["spec"], "replicas", json!(1));
+            default_pod_spec(&mut obj["spec"]["template"]["spec"]);
         }
         ("", "services") => {
             let spec = &mut obj["spec"];
