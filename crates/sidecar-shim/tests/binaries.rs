@@ -305,3 +305,136 @@ async fn bad_flags_fail_fast() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("POD,INTERFACE,NSM_IP,NSM_PEER_IP"));
 }
+
+/// A CA and a server certificate for localhost/127.0.0.1, made with openssl.
+fn make_certificates(dir: &std::path::Path) -> Result<(), String> {
+    let openssl = |args: &[&str]| -> Result<(), String> {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .map_err(|error| format!("openssl not runnable: {error}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=capstan-test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ])?;
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ])?;
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .map_err(|error| error.to_string())?;
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "server.ext",
+        "-out",
+        "server.pem",
+    ])
+}
+
+#[tokio::test]
+async fn router_sidecar_serves_tls() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    if let Err(reason) = make_certificates(dir.path()) {
+        println!("SKIP router_sidecar_serves_tls: {reason}");
+        return;
+    }
+    let cert = dir.path().join("server.pem");
+    let key = dir.path().join("server.key");
+    let bin = BinaryUnderTest::spawn(
+        ROUTER,
+        &[
+            "--backend",
+            "memory",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--tls-cert",
+            cert.to_str().expect("utf-8 path"),
+            "--tls-key",
+            key.to_str().expect("utf-8 path"),
+        ],
+    )
+    .await
+    .expect("router-sidecar starts with TLS");
+    let addr = grpc_addr(&bin).await;
+
+    let ca = std::fs::read(dir.path().join("ca.pem")).expect("ca");
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(ca))
+        .domain_name("localhost");
+    let channel = tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
+        .expect("endpoint")
+        .tls_config(tls)
+        .expect("tls config")
+        .connect()
+        .await
+        .expect("TLS connect");
+    let mut client = SliceRouterSidecarServiceClient::new(channel);
+    client
+        .update_slice_gw_connection_context(context(&["10.1.1.2"]))
+        .await
+        .expect("call over TLS");
+
+    // Plaintext is refused.
+    let plain = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(2));
+    let plaintext_works = match plain.connect().await {
+        Ok(channel) => SliceRouterSidecarServiceClient::new(channel)
+            .get_slice_router_client_connection_info(())
+            .await
+            .is_ok(),
+        Err(_) => false,
+    };
+    assert!(
+        !plaintext_works,
+        "a TLS server must not answer plaintext gRPC"
+    );
+
+    sigterm_exits_zero(bin).await;
+}
