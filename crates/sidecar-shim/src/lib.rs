@@ -8,7 +8,7 @@
 //!   [`gw::GwBackend`] with [`gw::kernel::KernelGw`] and [`gw::memory::MemoryGw`].
 //! - [`server`]: flags, the tonic server (health, metrics, TLS, graceful shutdown).
 //! - [`metrics`]: the gRPC metrics tower layer.
-//! - [`bench`]: the throughput/latency benchmark behind `cargo xtask bench sidecars`.
+//! - [`bench`](mod@bench): the throughput/latency benchmark behind `cargo xtask bench sidecars`.
 //!
 //! Validation, planning and tunnel health are pure functions; only the backends
 //! do I/O.
