@@ -438,3 +438,53 @@ async fn router_sidecar_serves_tls() {
 
     sigterm_exits_zero(bin).await;
 }
+
+#[tokio::test]
+async fn gw_sidecar_kernel_binary_in_a_namespace() {
+    let Some(netns) = Netns::create("gw_sidecar_kernel_binary_in_a_namespace") else {
+        return;
+    };
+    netns.veth("nsm0", "nsm0-peer", Some("10.1.1.1/24"));
+    netns.veth("vpn0", "vpn0-peer", Some("10.9.0.1/24"));
+    let bin = BinaryUnderTest::spawn_with_env(
+        GW,
+        &[
+            "--backend",
+            "kernel",
+            "--netns",
+            &netns.name,
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--pod-name",
+            "gw-kernel-0",
+        ],
+        &[("NODE_IP", "192.0.2.30")],
+    )
+    .await
+    .expect("gw-sidecar starts");
+    let mut client = GwSidecarServiceClient::new(common::channel(grpc_addr(&bin).await).await);
+    let status = client.get_status(()).await.expect("status").into_inner();
+    assert_eq!(status.node_ip, "192.0.2.30");
+    assert_eq!(status.gateway_pod_name, "gw-kernel-0");
+    assert_eq!(status.nsm_intf_status.expect("nsm").nsm_ip, "10.1.1.1");
+    assert_eq!(
+        status.tunnel_status.expect("tunnel").status,
+        TunnelStatusType::GwTunnelStateDown as i32,
+        "no tun* interface"
+    );
+    client
+        .update_connection_context(capstan_proto::sidecar::SliceGwConnectionContext {
+            remote_slice_gw_vpn_ip: "10.9.0.2".into(),
+            remote_slice_gw_nsm_subnet: "10.2.0.0/16".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("connection context");
+    assert_eq!(
+        netns.gateway_routes().get("10.2.0.0/16"),
+        Some(&set(&["10.9.0.2"]))
+    );
+    sigterm_exits_zero(bin).await;
+}
