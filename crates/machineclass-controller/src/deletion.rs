@@ -212,9 +212,10 @@ async fn drain(ctx: &Ctx, machine: &Machine) -> Result<StepOutcome, Error> {
         unhealthy_since(&node),
         Timestamp::now(),
     );
+    // Pods already terminating only need a forced delete; a graceful pass leaves them be.
     for pod in pods
         .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| mode == DrainMode::Force || p.metadata.deletion_timestamp.is_none())
     {
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();

@@ -414,9 +414,21 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
     };
+    // kube-runtime's controllers wait for their cache before finishing, so a shutdown that comes
+    // before every cache synced would hang; nothing can be in flight then (every reconcile holds
+    // its writes until all caches are ready), so stop at once.
+    let token = w.shutdown.token();
+    let synced = ctx.caches_ready.clone();
+    let early_shutdown = async move {
+        token.cancelled().await;
+        if synced.load(Ordering::Acquire) {
+            futures::future::pending::<()>().await;
+        }
+    };
     // The readiness/metrics loop never ends; the controllers end after a shutdown request.
     tokio::select! {
         _ = futures::future::join3(machines, classes, secrets) => {}
         () = readiness => {}
+        () = early_shutdown => tracing::info!("shutdown before the caches synced"),
     }
 }

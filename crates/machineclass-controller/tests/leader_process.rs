@@ -128,9 +128,20 @@ async fn exits_non_zero_when_the_lease_is_taken_away() {
 
 #[tokio::test]
 async fn a_dead_trace_collector_does_not_block_the_drain() {
+    // The controller needs a cluster to start; kube-sim stands in.
+    let sim = KubeSim::start(Config::default())
+        .await
+        .expect("kube-sim starts");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig)
+        .expect("kubeconfig written");
+    let kubeconfig = kubeconfig.to_str().expect("utf-8 path").to_owned();
     let mut bin = BinaryUnderTest::spawn(
         BIN,
         &[
+            "--kubeconfig",
+            &kubeconfig,
             "--metrics-addr",
             "127.0.0.1:0",
             "--otlp-endpoint",

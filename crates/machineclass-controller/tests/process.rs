@@ -2,9 +2,11 @@
 
 use std::time::Duration;
 
+mod common;
+
 use capstan_runtime::testing::{BinaryUnderTest, TestingError, http_get};
 
-const BIN: &str = env!("CARGO_BIN_EXE_machineclass-controller");
+use common::BIN;
 const EXIT_WITHIN: Duration = Duration::from_secs(15);
 
 async fn wait_ready(bin: &BinaryUnderTest) {
@@ -22,9 +24,14 @@ async fn wait_ready(bin: &BinaryUnderTest) {
 
 #[tokio::test]
 async fn serves_admin_endpoints_and_exits_zero_on_sigterm() {
-    let mut bin = BinaryUnderTest::spawn(BIN, &["--metrics-addr", "127.0.0.1:0"])
-        .await
-        .expect("starts and logs its admin address");
+    let env = common::Env::start().await;
+    let kubeconfig = env.kubeconfig_path();
+    let mut bin = BinaryUnderTest::spawn(
+        BIN,
+        &["--kubeconfig", &kubeconfig, "--metrics-addr", "127.0.0.1:0"],
+    )
+    .await
+    .expect("starts and logs its admin address");
     let addr = bin.admin_addr();
     assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
 
@@ -57,10 +64,13 @@ async fn serves_admin_endpoints_and_exits_zero_on_sigterm() {
 
 #[tokio::test]
 async fn reads_flags_from_the_environment_and_logs_json() {
+    let env = common::Env::start().await;
+    let kubeconfig = env.kubeconfig_path();
     let mut bin = BinaryUnderTest::spawn_with_env(
         BIN,
         &[],
         &[
+            ("KUBECONFIG", kubeconfig.as_str()),
             ("METRICS_ADDR", "127.0.0.1:0"),
             ("LOG_FORMAT", "json"),
             ("LOG_LEVEL", "info"),

@@ -1,0 +1,542 @@
+//! End to end: kube-sim, the real `machineclass-controller` binary and the simulated provider
+//! (in process, and served over gRPC).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use capstan_apis::machine::{
+    FINALIZER_MCM, FINALIZER_NODE, FINALIZER_SECRET, NODE_ANNOTATION_LAST_APPLIED,
+};
+use capstan_runtime::testing::http_get;
+use common::*;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::events::v1::Event;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_goes_pending_then_running_with_its_node() {
+    let env = Env::start().await;
+    let bin = env.controller(&[]).await;
+    env.secret("cloud").await;
+    env.class(
+        "sim",
+        "cloud",
+        json!({"simulate": {"readyDelaySeconds": 2}}),
+    )
+    .await;
+    env.machine(
+        "m-1",
+        "sim",
+        json!({"nodeTemplate": {
+            "metadata": {"labels": {"role": "worker"}, "annotations": {"team": "a"}},
+            "spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}
+        }}),
+    )
+    .await;
+
+    let machines = env.machines();
+    let pending = until(&bin, "Pending", T, || async {
+        let m = machines.get("m-1").await.ok()?;
+        (phase(&m).as_deref() == Some("Pending")).then_some(m)
+    })
+    .await;
+    assert!(has_finalizer(&pending, FINALIZER_MCM));
+    assert_eq!(
+        pending.spec.provider_id.as_deref(),
+        Some("sim:///default/m-1")
+    );
+    assert_eq!(pending.node_name(), Some("m-1"));
+    assert_eq!(last_op(&pending).0, "Creating machine on cloud provider");
+
+    let running = until(&bin, "Running", T, || async {
+        let m = machines.get("m-1").await.ok()?;
+        (phase(&m).as_deref() == Some("Running")).then_some(m)
+    })
+    .await;
+    let (description, state, _) = last_op(&running);
+    assert_eq!(
+        (description.as_str(), state.as_str()),
+        ("Machine m-1 successfully joined the cluster", "Successful")
+    );
+    let conditions = running
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True"),
+        "{conditions:?}"
+    );
+
+    // The class and its secret are guarded while in use.
+    let class = env.classes().get("sim").await.expect("class");
+    assert!(has_finalizer(&class, FINALIZER_MCM));
+    let secret = until(&bin, "secret finalizer", T, || async {
+        let s = env.secrets().get("cloud").await.ok()?;
+        has_finalizer(&s, FINALIZER_SECRET).then_some(s)
+    })
+    .await;
+    assert!(has_finalizer(&secret, FINALIZER_SECRET));
+
+    // The Node carries the template, the machine label and the node finalizer.
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    let node = until(&bin, "node synced", T, || async {
+        let n = nodes.get("m-1").await.ok()?;
+        n.annotations()
+            .contains_key(NODE_ANNOTATION_LAST_APPLIED)
+            .then_some(n)
+    })
+    .await;
+    assert_eq!(
+        node.labels().get("role").map(String::as_str),
+        Some("worker")
+    );
+    assert_eq!(
+        node.labels()
+            .get("node.gardener.cloud/machine-name")
+            .map(String::as_str),
+        Some("m-1")
+    );
+    assert_eq!(
+        node.annotations().get("team").map(String::as_str),
+        Some("a")
+    );
+    assert!(has_finalizer(&node, FINALIZER_NODE));
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    assert_eq!(taints.len(), 1);
+    assert_eq!(
+        (taints[0].key.as_str(), taints[0].effect.as_str()),
+        ("dedicated", "NoSchedule")
+    );
+
+    // Metrics with MCM's names.
+    let metrics = until(&bin, "phase metric", T, || async {
+        let body = http_get(bin.admin_addr(), "/metrics").await.ok()?.body;
+        body.contains(r#"mcm_machine_current_status_phase{name="m-1",namespace="default"} 1"#)
+            .then_some(body)
+    })
+    .await;
+    assert!(metrics.contains("mcm_machine_items_total 1"), "{metrics}");
+    assert!(
+        metrics
+            .contains(r#"mcm_cloud_api_requests_total{provider="sim",service="CreateMachine"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("mcm_cloud_api_driver_request_duration_seconds_bucket"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn class_in_use_cannot_be_deleted_until_its_machines_are_gone() {
+    let env = Env::start().await;
+    let bin = env.controller(&[]).await;
+    env.secret("cloud").await;
+    env.class("sim", "cloud", json!({})).await;
+    env.machine("m-1", "sim", json!({})).await;
+    let machines = env.machines();
+    until(&bin, "Running", T, || async {
+        let m = machines.get("m-1").await.ok()?;
+        (phase(&m).as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+
+    let classes = env.classes();
+    classes
+        .delete("sim", &DeleteParams::default())
+        .await
+        .expect("delete accepted");
+    let events: Api<Event> = Api::namespaced(env.client.clone(), NS);
+    let warning = until(&bin, "still-referred warning", T, || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.into_iter()
+            .find(|e| e.reason.as_deref() == Some("MachineClassInUse"))
+    })
+    .await;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert!(
+        warning
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("machines still refer to this machine class")
+    );
+    let blocked = classes.get("sim").await.expect("class still there");
+    assert!(blocked.metadata.deletion_timestamp.is_some());
+    assert!(has_finalizer(&blocked, FINALIZER_MCM));
+
+    machines
+        .delete("m-1", &DeleteParams::default())
+        .await
+        .expect("machine delete accepted");
+    until(&bin, "machine and class gone", T, || async {
+        let machine_gone = machines.get_opt("m-1").await.ok()?.is_none();
+        let class_gone = classes.get_opt("sim").await.ok()?.is_none();
+        (machine_gone && class_gone).then_some(())
+    })
+    .await;
+    // The secret is released once no class references it.
+    until(&bin, "secret finalizer removed", T, || async {
+        let s = env.secrets().get("cloud").await.ok()?;
+        (!has_finalizer(&s, FINALIZER_SECRET)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_deletion_drains_and_removes_its_node_then_the_machine() {
+    let env = Env::start().await;
+    let bin = env.controller(&[]).await;
+    env.secret("cloud").await;
+    env.class("sim", "cloud", json!({})).await;
+    env.machine("m-1", "sim", json!({})).await;
+    let machines = env.machines();
+    until(&bin, "Running", T, || async {
+        let m = machines.get("m-1").await.ok()?;
+        (phase(&m).as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
+    let pod = |name: &str, owner: Option<&str>| {
+        let mut p = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"nodeName": "m-1", "containers": [{"name": "c", "image": "busybox"}]}});
+        if let Some(kind) = owner {
+            p["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": kind, "name": "ds",
+                "uid": "00000000-0000-0000-0000-000000000001", "controller": true}]);
+        }
+        p
+    };
+    env.create_json(&pods, pod("app", None)).await;
+    env.create_json(&pods, pod("daemon", Some("DaemonSet")))
+        .await;
+    env.create_json(&pods, json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "elsewhere", "namespace": NS},
+        "spec": {"nodeName": "other-node", "containers": [{"name": "c", "image": "busybox"}]}})).await;
+
+    machines
+        .delete("m-1", &DeleteParams::default())
+        .await
+        .expect("delete accepted");
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    let vms: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
+    until(&bin, "machine, node and VM gone", T, || async {
+        let machine_gone = machines.get_opt("m-1").await.ok()?.is_none();
+        let node_gone = nodes.get_opt("m-1").await.ok()?.is_none();
+        let vm_gone = vms.get_opt("sim-vm-m-1").await.ok()?.is_none();
+        (machine_gone && node_gone && vm_gone).then_some(())
+    })
+    .await;
+    assert!(
+        pods.get_opt("app").await.expect("get").is_none(),
+        "the app pod was evicted"
+    );
+    assert!(
+        pods.get_opt("daemon").await.expect("get").is_some(),
+        "DaemonSet pods are not evicted"
+    );
+    assert!(
+        pods.get_opt("elsewhere").await.expect("get").is_some(),
+        "pods on other nodes are untouched"
+    );
+    let output = bin.output().join("\n");
+    for step in [
+        "set_terminating",
+        "get_vm_status",
+        "drain",
+        "delete_volume_attachments",
+        "delete_vm",
+        "delete_node",
+        "remove_finalizer",
+    ] {
+        assert!(
+            output.contains(&format!("step=\"{step}\""))
+                || output.contains(&format!("step={step}")),
+            "step {step} missing:\n{output}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_error_gives_crash_loop_then_failed_after_creation_timeout() {
+    let env = Env::start().await;
+    let bin = env
+        .controller(&["--resource-exhausted-retry", "500ms"])
+        .await;
+    env.secret("cloud").await;
+    env.class(
+        "quota",
+        "cloud",
+        json!({"simulate": {"createError": "ResourceExhausted"}}),
+    )
+    .await;
+    env.machine("m-1", "quota", json!({"creationTimeout": "4s"}))
+        .await;
+    let machines = env.machines();
+    let crash = until(&bin, "CrashLoopBackOff", T, || async {
+        let m = machines.get("m-1").await.ok()?;
+        (phase(&m).as_deref() == Some("CrashLoopBackOff")).then_some(m)
+    })
+    .await;
+    let (description, state, code) = last_op(&crash);
+    assert!(
+        description.starts_with("Cloud provider message - "),
+        "{description}"
+    );
+    assert_eq!(
+        (state.as_str(), code.as_str()),
+        ("Failed", "ResourceExhausted")
+    );
+    assert!(crash.spec.provider_id.is_none(), "no VM");
+    let failed = until(&bin, "Failed", T, || async {
+        let m = machines.get("m-1").await.ok()?;
+        (phase(&m).as_deref() == Some("Failed")).then_some(m)
+    })
+    .await;
+    assert_eq!(last_op(&failed).2, "ResourceExhausted");
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    assert!(
+        nodes.get_opt("m-1").await.expect("get").is_none(),
+        "no node registered"
+    );
+}
+
+/// The simulated provider served over gRPC from this test process; the controller uses it with
+/// `--driver grpc://...`.
+async fn grpc_sim(env: &Env) -> (String, tokio::sync::oneshot::Sender<()>) {
+    let driver = Arc::new(machine_driver::sim::SimDriver::new(
+        env.client.clone(),
+        machine_driver::sim::SimConfig {
+            namespace: NS.into(),
+            ready_delay: Duration::from_millis(500),
+        },
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(machine_driver::grpc::serve(driver, listener, async {
+        let _ = stopped.await;
+    }));
+    (format!("grpc://{addr}"), stop)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_flows_through_the_grpc_driver() {
+    let env = Env::start().await;
+    let (endpoint, _stop) = grpc_sim(&env).await;
+    let bin = env
+        .controller(&["--driver", &endpoint, "--resource-exhausted-retry", "500ms"])
+        .await;
+    env.secret("cloud").await;
+    env.class("sim", "cloud", json!({})).await;
+    env.class(
+        "quota",
+        "cloud",
+        json!({"simulate": {"createError": "ResourceExhausted"}}),
+    )
+    .await;
+    env.machine("good", "sim", json!({})).await;
+    env.machine("bad", "quota", json!({"creationTimeout": "3s"}))
+        .await;
+    let machines = env.machines();
+    until(&bin, "good Running and bad Failed", T, || async {
+        let good = machines.get("good").await.ok()?;
+        let bad = machines.get("bad").await.ok()?;
+        (phase(&good).as_deref() == Some("Running") && phase(&bad).as_deref() == Some("Failed"))
+            .then_some(())
+    })
+    .await;
+    let bad = machines.get("bad").await.expect("bad");
+    assert_eq!(
+        last_op(&bad).2,
+        "ResourceExhausted",
+        "the code crossed the wire"
+    );
+
+    machines
+        .delete("good", &DeleteParams::default())
+        .await
+        .expect("delete accepted");
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    until(&bin, "good machine and node gone", T, || async {
+        let gone = machines.get_opt("good").await.ok()?.is_none()
+            && nodes.get_opt("good").await.ok()?.is_none();
+        gone.then_some(())
+    })
+    .await;
+    let metrics = http_get(bin.admin_addr(), "/metrics")
+        .await
+        .expect("metrics")
+        .body;
+    assert!(
+        metrics
+            .contains(r#"mcm_cloud_api_requests_total{provider="grpc",service="DeleteMachine"}"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"mcm_cloud_api_requests_failed_total{provider="grpc",service="CreateMachine"}"#
+        ),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_deletion_resumes_at_the_recorded_step() {
+    let env = Env::start().await;
+    let mut first = env.controller(&[]).await;
+    env.secret("cloud").await;
+    env.class(
+        "sim",
+        "cloud",
+        json!({"simulate": {"deleteError": "Unavailable"}}),
+    )
+    .await;
+    env.machine("m-1", "sim", json!({})).await;
+    let machines = env.machines();
+    until(&first, "Running", T, || async {
+        let m = machines.get("m-1").await.ok()?;
+        (phase(&m).as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+    machines
+        .delete("m-1", &DeleteParams::default())
+        .await
+        .expect("delete accepted");
+    let stuck = until(&first, "stuck at VM deletion", T, || async {
+        let m = machines.get("m-1").await.ok()?;
+        let (description, state, code) = last_op(&m);
+        (description.contains("Initiate VM deletion") && state == "Failed" && code == "Unavailable")
+            .then_some(m)
+    })
+    .await;
+    assert_eq!(phase(&stuck).as_deref(), Some("Terminating"));
+    first
+        .signal(nix::sys::signal::Signal::SIGKILL)
+        .expect("kill -9");
+    first
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .expect("killed");
+
+    // The provider recovers; a new controller continues at the recorded step.
+    env.classes()
+        .patch(
+            "sim",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"providerSpec": {"simulate": null}})),
+        )
+        .await
+        .expect("class patched");
+    let second = env.controller(&[]).await;
+    until(&second, "machine gone", T, || async {
+        machines.get_opt("m-1").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let output = second.output();
+    let steps: Vec<&String> = output
+        .iter()
+        .filter(|l| l.contains("deletion step"))
+        .collect();
+    assert!(!steps.is_empty(), "{output:?}");
+    assert!(
+        steps[0].contains("delete_vm"),
+        "resumed at VM deletion: {steps:?}"
+    );
+    for earlier in [
+        "set_terminating",
+        "get_vm_status",
+        "\"drain\"",
+        "step=drain",
+    ] {
+        assert!(
+            steps.iter().all(|l| !l.contains(earlier)),
+            "{earlier} repeated: {steps:?}"
+        );
+    }
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    assert!(
+        nodes.get_opt("m-1").await.expect("get").is_none(),
+        "node removed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_reported_on_the_object_and_disturbs_nothing_else() {
+    let env = Env::start().await;
+    let bin = env.controller(&[]).await;
+    env.secret("cloud").await;
+    env.class("sim", "cloud", json!({})).await;
+    // A class with an incomplete node template, and one whose secret does not exist.
+    let mut incomplete = class_json("incomplete", "cloud", json!({}));
+    incomplete["nodeTemplate"] = json!({"capacity": {"cpu": "2", "memory": "1Gi"}, "instanceType": "x", "region": "r", "zone": ""});
+    env.create_json(&env.classes(), incomplete).await;
+    env.class("no-secret", "nope", json!({})).await;
+
+    let mut nameless = machine_json("nameless", "sim", json!({}));
+    nameless["spec"]["class"] = json!({"kind": "MachineClass"});
+    env.create_json(&env.machines(), nameless).await;
+    env.machine("uses-incomplete", "incomplete", json!({}))
+        .await;
+    env.machine("uses-no-secret", "no-secret", json!({})).await;
+    env.machine("good", "sim", json!({})).await;
+
+    let machines = env.machines();
+    let expect_report = |name: &'static str, text: &'static str| {
+        let machines = machines.clone();
+        let bin = &bin;
+        async move {
+            let m = until(bin, name, T, || async {
+                let m = machines.get(name).await.ok()?;
+                last_op(&m).0.contains(text).then_some(m)
+            })
+            .await;
+            assert_eq!(last_op(&m).1, "Failed", "{name}");
+            assert!(m.spec.provider_id.is_none(), "{name}: no VM created");
+            assert_eq!(phase(&m), None, "{name}: phase unchanged");
+        }
+    };
+    expect_report("nameless", "spec.class.name is required").await;
+    expect_report(
+        "uses-incomplete",
+        "nodeTemplate.capacity is missing \"gpu\"",
+    )
+    .await;
+    expect_report(
+        "uses-no-secret",
+        "secret default/nope referenced by machine class no-secret not found",
+    )
+    .await;
+    until(&bin, "good Running", T, || async {
+        let m = machines.get("good").await.ok()?;
+        (phase(&m).as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+    let incomplete_report = last_op(&machines.get("uses-incomplete").await.expect("get")).0;
+    assert!(
+        incomplete_report.contains("nodeTemplate.zone is empty"),
+        "{incomplete_report}"
+    );
+    let events: Api<Event> = Api::namespaced(env.client.clone(), NS);
+    let list = events.list(&ListParams::default()).await.expect("events");
+    let validation: Vec<_> = list
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("ValidationFailed"))
+        .collect();
+    assert!(validation.len() >= 3, "{validation:?}");
+}
