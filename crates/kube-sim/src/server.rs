@@ -68,6 +68,7 @@ impl KubeSim {
             shutdown: shutdown.clone(),
             server_address: addr.to_string(),
             bookmark_interval: config.bookmark_interval,
+            watch_epoch: tokio::sync::watch::Sender::new(0),
         });
         let app = axum::Router::new()
             .fallback(dispatch)
@@ -125,6 +126,13 @@ impl KubeSim {
     /// The current cluster-wide resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.shared.lock().store.resource_version()
+    }
+
+    /// Compacts the event history and ends every open watch with a `410 Gone` ERROR event: clients
+    /// must re-list (a forced re-list, as after an etcd compaction).
+    pub fn expire_watches(&self) {
+        self.shared.lock().store.compact();
+        self.shared.watch_epoch.send_modify(|e| *e += 1);
     }
 
     /// Stops serving: open watches end, in-flight requests finish.

@@ -233,6 +233,13 @@ impl Store {
         Some(last)
     }
 
+    /// Forgets the event history (like an etcd compaction): resuming from any earlier
+    /// resourceVersion then gets `410 Gone`.
+    pub fn compact(&mut self) {
+        self.history.clear();
+        self.history_floor = self.rv;
+    }
+
     /// Subscribes to live events; all events up to the returned resourceVersion are in the past.
     pub fn subscribe(&self) -> (broadcast::Receiver<Arc<Event>>, u64) {
         (self.tx.subscribe(), self.rv)

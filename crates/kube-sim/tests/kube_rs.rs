@@ -1000,3 +1000,63 @@ async fn built_in_kinds_are_defaulted_and_scaled() {
     assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn reflector_recovers_from_a_forced_relist() {
+    let sim = common::start().await;
+    let client = sim.client().expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for i in 0..5 {
+        cms.create(&PostParams::default(), &cm(&format!("r{i}"), json!({})))
+            .await
+            .expect("create");
+    }
+    let inits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = inits.clone();
+    let (reader, writer) = reflector::store::<ConfigMap>();
+    let stream = reflector(
+        writer,
+        watcher(cms.clone(), watcher::Config::default()).default_backoff(),
+    )
+    .inspect(move |e| {
+        if let Ok(watcher::Event::Init) = e {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while stream.next().await.is_some() {}
+    });
+    reader.wait_until_ready().await.expect("ready");
+    // Let the watch that follows the initial list reach the server.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // History gone and watches closed: the watcher's resume gets 410 Gone and must re-list.
+    sim.expire_watches();
+    for i in 0..3 {
+        cms.delete(&format!("r{i}"), &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
+    for i in 0..4 {
+        cms.create(&PostParams::default(), &cm(&format!("n{i}"), json!({})))
+            .await
+            .expect("create");
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut have: Vec<String> = reader.state().iter().map(|c| c.name_any()).collect();
+        have.sort();
+        if have == ["n0", "n1", "n2", "n3", "r3", "r4"]
+            && inits.load(std::sync::atomic::Ordering::SeqCst) >= 2
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "reflector did not recover: {have:?}, inits {inits:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    task.abort();
+    sim.shutdown().await;
+}

@@ -27,6 +27,8 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     pub server_address: String,
     pub bookmark_interval: Duration,
+    /// Bumped to end every open watch (compaction, fault injection).
+    pub watch_epoch: tokio::sync::watch::Sender<u64>,
 }
 
 impl Shared {
@@ -722,7 +724,11 @@ fn watch(
     };
     let stream = {
         let cluster = shared.lock();
-        watch::start(&cluster, filter, &req, shared.shutdown.clone())?
+        let ends = watch::Ends {
+            shutdown: shared.shutdown.clone(),
+            epoch: shared.watch_epoch.subscribe(),
+        };
+        watch::start(&cluster, filter, &req, ends)?
     };
     let mut r = Response::new(Body::from_stream(stream));
     r.headers_mut().insert(

@@ -123,6 +123,12 @@ pub struct WatchRequest {
     pub bookmark_interval: Duration,
 }
 
+/// What ends a watch early: server shutdown, or a new watch epoch (all watches dropped).
+pub struct Ends {
+    pub shutdown: CancellationToken,
+    pub epoch: tokio::sync::watch::Receiver<u64>,
+}
+
 struct WatchState {
     pending: VecDeque<Bytes>,
     rx: broadcast::Receiver<Arc<Event>>,
@@ -130,7 +136,7 @@ struct WatchState {
     last_rv: u64,
     deadline: Instant,
     bookmarks: Option<tokio::time::Interval>,
-    shutdown: CancellationToken,
+    ends: Ends,
     finished: bool,
 }
 
@@ -140,7 +146,7 @@ pub fn start(
     cluster: &Cluster,
     filter: WatchFilter,
     req: &WatchRequest,
-    shutdown: CancellationToken,
+    ends: Ends,
 ) -> Result<impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + use<>, ApiError>
 {
     let (rx, now_rv) = cluster.store.subscribe();
@@ -192,7 +198,7 @@ pub fn start(
         last_rv: now_rv,
         deadline: Instant::now() + req.timeout,
         bookmarks,
-        shutdown,
+        ends,
         finished,
     };
     Ok(futures::stream::unfold(state, |mut st| async move {
@@ -206,13 +212,14 @@ pub fn start(
             enum Next {
                 Stop,
                 Bookmark,
+                Expired,
                 Event(Result<Arc<Event>, broadcast::error::RecvError>),
             }
             let next = {
                 let WatchState {
                     rx,
                     bookmarks,
-                    shutdown,
+                    ends,
                     deadline,
                     ..
                 } = &mut st;
@@ -225,7 +232,8 @@ pub fn start(
                     }
                 };
                 tokio::select! {
-                    _ = shutdown.cancelled() => Next::Stop,
+                    _ = ends.shutdown.cancelled() => Next::Stop,
+                    _ = ends.epoch.changed() => Next::Expired,
                     _ = tokio::time::sleep_until(*deadline) => Next::Stop,
                     _ = tick => Next::Bookmark,
                     r = rx.recv() => Next::Event(r),
@@ -233,6 +241,15 @@ pub fn start(
             };
             match next {
                 Next::Stop => return None,
+                Next::Expired => {
+                    let err = ApiError::gone(format!(
+                        "too old resource version: {} ({})",
+                        st.last_rv,
+                        st.last_rv + 1
+                    ));
+                    st.pending.push_back(error_line(&err));
+                    st.finished = true;
+                }
                 Next::Bookmark => {
                     let line = st.filter.bookmark(st.last_rv, false);
                     st.pending.push_back(line);
