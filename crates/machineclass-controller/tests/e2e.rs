@@ -138,6 +138,16 @@ async fn machine_goes_pending_then_running_with_its_node() {
         metrics.contains("mcm_cloud_api_driver_request_duration_seconds_bucket"),
         "{metrics}"
     );
+
+    // Steady state: reconciles keep running (retries are short here), but nothing is written.
+    let before = env.sim.resource_version();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        env.sim.resource_version(),
+        before,
+        "steady state makes no writes:\n{}",
+        bin.output().join("\n")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
