@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 mod cluster;
 mod nodeslo;
 mod report;
+mod sidecars;
 
 #[derive(Parser)]
 #[command(
@@ -29,6 +30,8 @@ struct Cli {
 enum Target {
     /// NodeSLO controller: convergence and config fan-out against a bare client, writes per node, peak RSS.
     Nodeslo(nodeslo::Args),
+    /// router-sidecar and gw-sidecar: requests/s and p50/p99 per method and stream count, as a ratio to an empty handler.
+    Sidecars(sidecars::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,6 +42,7 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(async {
         match cli.target {
             Target::Nodeslo(args) => nodeslo::run(&cli.bin_dir, &args).await,
+            Target::Sidecars(args) => sidecars::run(&args).await,
         }
     })
 }

@@ -340,3 +340,116 @@ mod tests {
         assert_eq!(parse_response(chunked).expect("parses").body, "abcde");
     }
 }
+
+/// The process contract every Capstan binary keeps, checked the same way for each of them.
+pub mod contract {
+    use std::time::Duration;
+
+    use super::{BinaryUnderTest, TestingError, http_get};
+
+    const EXIT_WITHIN: Duration = Duration::from_secs(15);
+
+    /// Polls `/readyz` until it answers 200 (at most 10 s).
+    pub async fn wait_ready(bin: &BinaryUnderTest) {
+        for _ in 0..200 {
+            if http_get(bin.admin_addr(), "/readyz")
+                .await
+                .is_ok_and(|r| r.status == 200)
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("never ready; output:\n{}", bin.output().join("\n"));
+    }
+
+    /// `program args --metrics-addr 127.0.0.1:0` serves `/livez`, becomes ready, serves OpenMetrics
+    /// with its build info and leader gauge, and on SIGTERM drains and exits 0.
+    pub async fn serves_admin_endpoints_and_exits_zero_on_sigterm(
+        program: &str,
+        args: &[&str],
+        service: &str,
+    ) {
+        let mut all_args = args.to_vec();
+        all_args.extend(["--metrics-addr", "127.0.0.1:0"]);
+        let mut bin = BinaryUnderTest::spawn(program, &all_args)
+            .await
+            .expect("starts and logs its admin address");
+        let addr = bin.admin_addr();
+        assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
+
+        let livez = http_get(addr, "/livez").await.expect("livez");
+        assert_eq!((livez.status, livez.body.as_str()), (200, "ok"));
+        wait_ready(&bin).await;
+        let metrics = http_get(addr, "/metrics").await.expect("metrics");
+        assert_eq!(metrics.status, 200);
+        let build_info = format!(r#"capstan_build_info{{service="{service}",version="#);
+        assert!(metrics.body.contains(&build_info), "{}", metrics.body);
+        assert!(
+            metrics.body.contains("capstan_leader 1\n"),
+            "no election: leader; {}",
+            metrics.body
+        );
+        assert!(metrics.body.ends_with("# EOF\n"), "{}", metrics.body);
+
+        bin.sigterm().expect("signal delivered");
+        let status = bin.wait_exit(EXIT_WITHIN).await.expect("exits");
+        let output = bin.output().join("\n");
+        assert_eq!(status.code(), Some(0), "{output}");
+        assert!(output.contains("shutdown requested"), "{output}");
+        assert!(output.contains("admin server stopped"), "{output}");
+    }
+
+    /// Configured only through environment variables (`METRICS_ADDR`, `LOG_FORMAT=json`,
+    /// `LOG_LEVEL` plus `envs`), the binary logs JSON records naming its service.
+    pub async fn reads_flags_from_the_environment_and_logs_json(
+        program: &str,
+        args: &[&str],
+        envs: &[(&str, &str)],
+        service: &str,
+    ) {
+        let mut all_envs = vec![
+            ("METRICS_ADDR", "127.0.0.1:0"),
+            ("LOG_FORMAT", "json"),
+            ("LOG_LEVEL", "info"),
+        ];
+        all_envs.extend_from_slice(envs);
+        let mut bin = BinaryUnderTest::spawn_with_env(program, args, &all_envs)
+            .await
+            .expect("starts with env configuration");
+        let addr_line = bin
+            .output()
+            .into_iter()
+            .find(|line| line.contains(super::ADMIN_LISTENING_MARKER))
+            .expect("address line");
+        let record: serde_json::Value =
+            serde_json::from_str(&addr_line).expect("a JSON log record");
+        assert_eq!(record["level"], "INFO", "{record}");
+        assert_eq!(record["fields"]["service"], service, "{record}");
+
+        bin.sigterm().expect("signal delivered");
+        let status = bin.wait_exit(EXIT_WITHIN).await.expect("exits");
+        assert!(status.success(), "{}", bin.output().join("\n"));
+    }
+
+    /// An invalid `--log-level` stops start-up with a non-zero exit and says why.
+    pub async fn bad_configuration_exits_non_zero_without_serving(program: &str, args: &[&str]) {
+        let mut all_args = args.to_vec();
+        all_args.extend([
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--log-level",
+            "info,kube=loud",
+        ]);
+        let error = BinaryUnderTest::spawn(program, &all_args)
+            .await
+            .expect_err("an invalid log filter stops start-up");
+        match error {
+            TestingError::ExitedEarly { status, output } => {
+                assert!(status.is_some_and(|s| !s.success()), "{output}");
+                assert!(output.contains("invalid log level"), "{output}");
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+}

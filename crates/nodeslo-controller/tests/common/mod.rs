@@ -4,7 +4,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use capstan_runtime::testing::{BinaryUnderTest, http_get};
+use capstan_runtime::testing::BinaryUnderTest;
+use capstan_runtime::testing::contract::wait_ready;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
@@ -81,19 +82,6 @@ impl Cluster {
         wait_ready(&bin).await;
         bin
     }
-}
-
-pub async fn wait_ready(bin: &BinaryUnderTest) {
-    for _ in 0..200 {
-        if http_get(bin.admin_addr(), "/readyz")
-            .await
-            .is_ok_and(|r| r.status == 200)
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("never ready; output:\n{}", bin.output().join("\n"));
 }
 
 /// Polls `check` until it returns `Some`, for at most `secs` seconds.
