@@ -17,6 +17,7 @@ pub mod defaults;
 pub mod error;
 mod http;
 pub mod patch;
+pub mod proto;
 pub mod registry;
 pub mod schema;
 pub mod selectors;

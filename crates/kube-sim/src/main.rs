@@ -35,15 +35,18 @@ enum Command {
     },
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
+/// Installs the SIGTERM/SIGINT handlers (before the server announces itself, so that a signal
+/// sent right after the ready line is a clean stop) and returns a future that waits for one.
+fn termination_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    Ok(())
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }
 
 #[tokio::main]
@@ -66,6 +69,7 @@ async fn main() -> anyhow::Result<()> {
     if data_dir.is_some() {
         tracing::warn!("--data-dir is not implemented yet; state is kept in memory only");
     }
+    let signal = termination_signal()?;
     let config = kube_sim::Config {
         addr,
         history_size: history,
@@ -86,7 +90,7 @@ async fn main() -> anyhow::Result<()> {
         }
         None => println!("kube-sim serving {}", sim.url()),
     }
-    wait_for_signal().await?;
+    signal.await;
     sim.shutdown().await;
     Ok(())
 }

@@ -539,3 +539,60 @@ async fn kubectl_chunked_get_over_100_objects() {
     assert_eq!(pages, 10, "{}", out.stderr);
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_generators_send_protobuf_bodies() {
+    require_kubectl!();
+    let sim = common::start().await;
+    let k = Kubectl::new(&sim);
+    k.ok(&["create", "namespace", "demo"]).await;
+    k.ok(&[
+        "create",
+        "configmap",
+        "cfg",
+        "-n",
+        "demo",
+        "--from-literal=a=b",
+    ])
+    .await;
+    k.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "creds",
+        "-n",
+        "demo",
+        "--from-literal=password=hunter2",
+    ])
+    .await;
+    k.ok(&["create", "serviceaccount", "bot", "-n", "demo"])
+        .await;
+    assert_eq!(
+        k.ok(&["get", "cm", "cfg", "-n", "demo", "-o", "jsonpath={.data.a}"])
+            .await,
+        "b"
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "secret",
+            "creds",
+            "-n",
+            "demo",
+            "-o",
+            "jsonpath={.type}:{.data.password}"
+        ])
+        .await,
+        "Opaque:aHVudGVyMg=="
+    );
+    assert_eq!(
+        k.ok(&["get", "ns", "demo", "-o", "jsonpath={.status.phase}"])
+            .await,
+        "Active"
+    );
+    k.ok(&["get", "sa", "bot", "-n", "demo"]).await;
+    k.ok(&["delete", "ns", "demo"]).await;
+    let out = k.run(&["get", "ns", "demo"]).await;
+    assert!(!out.ok && out.stderr.contains("NotFound"), "{}", out.stderr);
+    sim.shutdown().await;
+}

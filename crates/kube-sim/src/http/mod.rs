@@ -301,10 +301,10 @@ fn decode_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json");
     if ct.contains("protobuf") {
-        return Err(ApiError::unsupported_media_type(
-            ct,
-            &["application/json", "application/yaml"],
-        ));
+        return crate::proto::decode(body).map_err(|e| {
+            tracing::debug!(error = %e, "protobuf body not supported");
+            ApiError::unsupported_media_type(ct, &["application/json", "application/yaml"])
+        });
     }
     if ct.contains("yaml") {
         if let Ok(v) = serde_json::from_slice::<Value>(body) {

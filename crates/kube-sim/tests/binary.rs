@@ -1,0 +1,103 @@
+//! The `kube-sim serve` binary: writes its kubeconfig once ready, prints one line naming it,
+//! serves, and exits 0 on SIGTERM. Also: instances side by side do not share state.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+#[test]
+fn serve_writes_a_kubeconfig_and_exits_cleanly_on_sigterm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kube-sim"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--kubeconfig-out"])
+        .arg(&kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kube-sim starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("one line");
+    assert!(line.contains(&kubeconfig.display().to_string()), "{line}");
+    let config = std::fs::read_to_string(&kubeconfig).expect("kubeconfig written before the line");
+    let server = config
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .expect("server in kubeconfig")
+        .to_string();
+    let addr = server.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).expect("serving");
+    use std::io::{Read, Write};
+    s.write_all(b"GET /readyz HTTP/1.0\r\n\r\n")
+        .expect("request");
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).expect("response");
+    assert!(
+        resp.starts_with("HTTP/1.0 200") && resp.ends_with("ok"),
+        "{resp}"
+    );
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            assert!(status.success(), "exit status {status:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "kube-sim did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test]
+async fn instances_side_by_side_do_not_share_state() {
+    let a = common::start().await;
+    let b = common::start().await;
+    assert_ne!(a.url(), b.url());
+    let cm = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"only-in-a"}}"#;
+    let (code, _) = common::raw_json(
+        &a,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        "application/json",
+        cm,
+    )
+    .await;
+    assert_eq!(code, 201);
+    assert_eq!(
+        common::count(&a, "/api/v1/namespaces/default/configmaps").await,
+        1
+    );
+    assert_eq!(
+        common::count(&b, "/api/v1/namespaces/default/configmaps").await,
+        0
+    );
+    let kubeconfig = a.kubeconfig();
+    assert_eq!(
+        kubeconfig.clusters[0]
+            .cluster
+            .as_ref()
+            .and_then(|c| c.server.clone()),
+        Some(a.url())
+    );
+    a.shutdown().await;
+    // The other instance keeps serving.
+    assert_eq!(
+        common::count(&b, "/api/v1/namespaces/default/configmaps").await,
+        0
+    );
+    let (code, _) = common::raw_json(&b, "GET", "/version", "", "").await;
+    assert_eq!(code, 200);
+    b.shutdown().await;
+}
