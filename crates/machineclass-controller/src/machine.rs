@@ -21,7 +21,7 @@ use machineclass_core::Timestamp as CoreTimestamp;
 use machineclass_core::driver_error::creation_failure;
 use machineclass_core::health::{HealthInput, evaluate_health};
 use machineclass_core::meta::{finalizers_with, has_finalizer};
-use machineclass_core::node_template::{Decoration, sync_node_template};
+use machineclass_core::node_template::{Decoration, sync_node_template, virtual_capacity_update};
 use machineclass_core::status::{Operation, StatusChange};
 use machineclass_core::validate::{
     MachineTimeouts, merge_secret_data, validate_class, validate_class_ref,
@@ -143,7 +143,7 @@ async fn live(original: &Machine, ctx: &Ctx) -> Result<Action, Error> {
     // 3. Health and node templates once the Machine has a Node and a phase.
     let mut requeue = ctx.retry.long;
     if machine.node_name().is_some() && machine.phase().is_some() {
-        match health_and_node(ctx, &machine, &timeouts).await? {
+        match health_and_node(ctx, &machine, &class, &timeouts).await? {
             HealthOutcome::MachineDeleted => return Ok(Action::await_change()),
             HealthOutcome::Checked {
                 machine: updated,
@@ -268,6 +268,7 @@ fn another_failed_in_deployment(ctx: &Ctx, machine: &Machine) -> bool {
 async fn health_and_node(
     ctx: &Ctx,
     machine: &Machine,
+    class: &MachineClass,
     timeouts: &MachineTimeouts,
 ) -> Result<HealthOutcome, Error> {
     let name = machine.metadata.name.clone().unwrap_or_default();
@@ -341,6 +342,7 @@ async fn health_and_node(
     }
     if let Some(node) = &node {
         sync_node(ctx, &updated, node).await?;
+        sync_virtual_capacity(ctx, class, node).await?;
     }
     Ok(HealthOutcome::Checked {
         machine: Box::new(updated),
@@ -388,6 +390,27 @@ async fn sync_node(ctx: &Ctx, machine: &Machine, node: &Node) -> Result<(), Erro
         .await
         .map_err(|e| conflict_aware(&node_name, e))?;
     tracing::debug!(node = %node_name, "node synced");
+    Ok(())
+}
+
+/// Adds the class's `nodeTemplate.virtualCapacity` to the Node's `status.capacity`.
+async fn sync_virtual_capacity(ctx: &Ctx, class: &MachineClass, node: &Node) -> Result<(), Error> {
+    let capacity = node.status.as_ref().and_then(|s| s.capacity.as_ref());
+    let virtual_capacity = class
+        .spec
+        .node_template
+        .as_ref()
+        .and_then(|t| t.virtual_capacity.as_ref());
+    let missing = virtual_capacity_update(capacity, virtual_capacity);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let node_name = node.metadata.name.clone().unwrap_or_default();
+    let patch = json!({"status": {"capacity": missing}});
+    ctx.nodes_api()
+        .patch_status(&node_name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| conflict_aware(&node_name, e))?;
     Ok(())
 }
 

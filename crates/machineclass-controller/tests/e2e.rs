@@ -24,12 +24,13 @@ async fn machine_goes_pending_then_running_with_its_node() {
     let env = Env::start().await;
     let bin = env.controller(&[]).await;
     env.secret("cloud").await;
-    env.class(
+    let mut class = class_json(
         "sim",
         "cloud",
         json!({"simulate": {"readyDelaySeconds": 2}}),
-    )
-    .await;
+    );
+    class["nodeTemplate"]["virtualCapacity"] = json!({"hc.hana.com/memory": "1234567"});
+    env.create_json(&env.classes(), class).await;
     env.machine(
         "m-1",
         "sim",
@@ -110,6 +111,12 @@ async fn machine_goes_pending_then_running_with_its_node() {
         Some("a")
     );
     assert!(has_finalizer(&node, FINALIZER_NODE));
+    let node = until(&bin, "virtual capacity", T, || async {
+        let n = nodes.get("m-1").await.ok()?;
+        let capacity = n.status.as_ref()?.capacity.as_ref()?;
+        (capacity.get("hc.hana.com/memory")?.0 == "1234567").then_some(n)
+    })
+    .await;
     let taints = node
         .spec
         .as_ref()

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use capstan_apis::machine::{NODE_ANNOTATION_LAST_APPLIED, NodeTemplateSpec};
 use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::{Deserialize, Serialize};
 
 /// Labels, annotations and taints: of a Node, or of a template.
@@ -145,6 +146,20 @@ fn without_last_applied(map: &BTreeMap<String, String>) -> BTreeMap<&String, &St
         .collect()
 }
 
+/// The entries of the class's `nodeTemplate.virtualCapacity` that the Node's `status.capacity`
+/// lacks or holds with another value (empty: nothing to write).
+pub fn virtual_capacity_update(
+    capacity: Option<&BTreeMap<String, Quantity>>,
+    virtual_capacity: Option<&BTreeMap<String, Quantity>>,
+) -> BTreeMap<String, Quantity> {
+    virtual_capacity
+        .into_iter()
+        .flatten()
+        .filter(|(k, v)| capacity.and_then(|c| c.get(*k)) != Some(*v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,6 +267,35 @@ mod tests {
         let next =
             sync_node_template(&node, &deco(&[("zone", "a")], &[], vec![])).expect("changes");
         assert_eq!(next.labels, map(&[("role", "old"), ("zone", "a")]));
+    }
+
+    #[test]
+    fn virtual_capacity_fills_missing_or_different_entries_only() {
+        let q = |pairs: &[(&str, &str)]| -> BTreeMap<String, Quantity> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+                .collect()
+        };
+        let node = q(&[("cpu", "2"), ("example.com/dongle", "1")]);
+        let virtual_capacity = q(&[
+            ("example.com/dongle", "1"),
+            ("hc.hana.com/memory", "1234567"),
+        ]);
+        assert_eq!(
+            virtual_capacity_update(Some(&node), Some(&virtual_capacity)),
+            q(&[("hc.hana.com/memory", "1234567")])
+        );
+        assert_eq!(
+            virtual_capacity_update(None, Some(&q(&[("x", "2")]))),
+            q(&[("x", "2")])
+        );
+        assert!(virtual_capacity_update(Some(&node), None).is_empty());
+        let changed = q(&[("example.com/dongle", "3")]);
+        assert_eq!(
+            virtual_capacity_update(Some(&node), Some(&changed)),
+            changed
+        );
     }
 
     #[test]
