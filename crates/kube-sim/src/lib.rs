@@ -10,19 +10,23 @@
 //! # Ok(()) }
 //! ```
 
+pub mod accounting;
 pub mod apply;
 pub mod cluster;
 pub mod convert;
 pub mod defaults;
 pub mod error;
+pub mod faults;
 mod http;
 pub mod patch;
 pub mod proto;
 pub mod registry;
+pub mod request_info;
 pub mod schema;
 pub mod selectors;
 mod server;
 pub mod store;
+pub mod testbed;
 pub mod util;
 
 pub use server::{Config, Error, KubeSim};

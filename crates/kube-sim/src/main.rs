@@ -32,6 +32,10 @@ enum Command {
         /// Events kept for watch resumption.
         #[arg(long, env = "KUBE_SIM_HISTORY", default_value_t = 10_000)]
         history: usize,
+        /// Fault injection, as the JSON of `POST /_sim/faults` or `@path` to a file holding it,
+        /// e.g. '{"seed":1,"errors":[{"rate":0.1,"code":500}],"watchMaxEvents":50}'.
+        #[arg(long, env = "KUBE_SIM_FAULTS")]
+        faults: Option<String>,
     },
 }
 
@@ -64,6 +68,7 @@ async fn main() -> anyhow::Result<()> {
                 kubeconfig_out,
                 data_dir,
                 history,
+                faults,
             },
     } = Cli::parse();
     if data_dir.is_some() {
@@ -73,6 +78,8 @@ async fn main() -> anyhow::Result<()> {
     let config = kube_sim::Config {
         addr,
         history_size: history,
+        faults: kube_sim::faults::FaultConfig::from_flag(faults.as_deref())
+            .context("reading --faults")?,
         ..Default::default()
     };
     let sim = kube_sim::KubeSim::start(config)

@@ -17,6 +17,8 @@ pub struct Config {
     pub history_size: usize,
     /// How often watches that allow bookmarks receive one.
     pub bookmark_interval: Duration,
+    /// Injected faults (none by default); changeable later with `KubeSim::set_faults`.
+    pub faults: crate::faults::FaultConfig,
 }
 
 impl Default for Config {
@@ -25,6 +27,7 @@ impl Default for Config {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             history_size: 10_000,
             bookmark_interval: Duration::from_secs(60),
+            faults: crate::faults::FaultConfig::default(),
         }
     }
 }
@@ -47,6 +50,8 @@ pub struct KubeSim {
     addr: SocketAddr,
     shared: Arc<Shared>,
     task: JoinHandle<()>,
+    /// Accounting, faults and admin endpoints (see `testbed.rs`).
+    pub(crate) testbed: Arc<crate::testbed::Testbed>,
 }
 
 impl KubeSim {
@@ -73,6 +78,8 @@ impl KubeSim {
         let app = axum::Router::new()
             .fallback(dispatch)
             .with_state(shared.clone());
+        let testbed = Arc::new(crate::testbed::Testbed::new(config.faults.clone()));
+        let app = testbed.wrap(app);
         let task = tokio::spawn(async move {
             let served = axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown.cancelled_owned())
@@ -81,7 +88,12 @@ impl KubeSim {
                 tracing::error!(error = %e, "kube-sim server stopped");
             }
         });
-        Ok(Self { addr, shared, task })
+        Ok(Self {
+            addr,
+            shared,
+            task,
+            testbed,
+        })
     }
 
     pub fn addr(&self) -> SocketAddr {

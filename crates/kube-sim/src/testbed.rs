@@ -1,0 +1,328 @@
+//! The testbed layer in front of the API: request accounting, fault injection and the admin
+//! endpoints (`/metrics`, `/_sim/...`), as one axum middleware around the request pipeline, plus
+//! the `KubeSim` methods that drive them from a test.
+//!
+//! Admin endpoints (JSON):
+//! - `GET|POST|DELETE /_sim/faults`: read, replace (a [`FaultConfig`]) or clear the faults;
+//! - `POST /_sim/partition` `{"seconds": 2.5}` / `DELETE /_sim/partition`;
+//! - `POST /_sim/watches/cut` ends every open watch; `POST /_sim/watches/gone` `{"count": 1}`
+//!   answers the next resumptions with `410 Gone`;
+//! - `GET|DELETE /_sim/requests`: the request counters, or reset them.
+
+use crate::accounting::{RequestCounters, RequestKey, RequestStats};
+use crate::error::ApiError;
+use crate::faults::{FaultConfig, FaultInjector};
+use crate::request_info::RequestInfo;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use futures::StreamExt;
+use http::{Method, StatusCode, header};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Accounting, faults and admin state of one server.
+pub struct Testbed {
+    pub counters: RequestCounters,
+    pub faults: FaultInjector,
+    /// Bumped to end every open watch stream cleanly (the client resumes from its last RV).
+    cut: tokio::sync::watch::Sender<u64>,
+}
+
+impl Testbed {
+    pub fn new(faults: FaultConfig) -> Self {
+        Self {
+            counters: RequestCounters::default(),
+            faults: FaultInjector::new(faults),
+            cut: tokio::sync::watch::Sender::new(0),
+        }
+    }
+
+    /// Wraps the API router with the testbed middleware.
+    pub fn wrap(self: &Arc<Self>, app: axum::Router) -> axum::Router {
+        app.layer(axum::middleware::from_fn_with_state(
+            self.clone(),
+            middleware,
+        ))
+    }
+
+    pub fn cut_watches(&self) {
+        self.cut.send_modify(|e| *e += 1);
+    }
+
+    pub fn partition_for(&self, d: Duration) {
+        self.faults.partition_for(d);
+        self.cut_watches();
+    }
+}
+
+fn json_response(code: u16, body: &Value) -> Response {
+    let mut r = Response::new(Body::from(serde_json::to_vec(body).unwrap_or_default()));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+pub(crate) fn status_response(err: &ApiError) -> Response {
+    json_response(err.code, &err.to_status())
+}
+
+/// A response whose body fails at once: hyper aborts the connection, as a network fault would.
+fn dropped_connection() -> Response {
+    let failing = futures::stream::once(async {
+        Err::<Bytes, std::io::Error>(std::io::Error::other("kube-sim: partitioned"))
+    });
+    Response::new(Body::from_stream(failing))
+}
+
+/// A watch answered with one `410 Gone` ERROR event, as kube-apiserver does for a compacted RV.
+fn watch_gone(query: Option<&str>) -> Response {
+    let rv = query
+        .and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "resourceVersion")
+                .map(|(_, v)| v.into_owned())
+        })
+        .unwrap_or_default();
+    let err = ApiError::gone(format!("too old resource version: {rv} ({rv})"));
+    let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": err.to_status()}))
+        .unwrap_or_default();
+    line.push(b'\n');
+    let mut r = Response::new(Body::from(line));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// Ends a watch stream after `max_events` chunks (one event each), after `max_age`, or when the
+/// testbed cuts watches.
+fn limit_watch(
+    resp: Response,
+    max_events: Option<u64>,
+    max_age: Option<Duration>,
+    cut: tokio::sync::watch::Receiver<u64>,
+) -> Response {
+    struct Limit {
+        stream: axum::body::BodyDataStream,
+        sent: u64,
+        max_events: Option<u64>,
+        deadline: Option<tokio::time::Instant>,
+        cut: tokio::sync::watch::Receiver<u64>,
+    }
+    let (parts, body) = resp.into_parts();
+    let state = Limit {
+        stream: body.into_data_stream(),
+        sent: 0,
+        max_events,
+        deadline: max_age.map(|d| tokio::time::Instant::now() + d),
+        cut,
+    };
+    let limited = futures::stream::unfold(state, |mut st| async move {
+        if st.max_events.is_some_and(|m| st.sent >= m) {
+            return None;
+        }
+        let deadline = st.deadline;
+        let expire = async move {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => futures::future::pending::<()>().await,
+            }
+        };
+        let item = tokio::select! {
+            item = st.stream.next() => item,
+            _ = expire => None,
+            _ = st.cut.changed() => None,
+        }?;
+        st.sent += 1;
+        Some((item, st))
+    });
+    Response::from_parts(parts, Body::from_stream(limited))
+}
+
+async fn admin(tb: &Testbed, method: &Method, path: &str, body: Bytes) -> Response {
+    let parse = |body: &Bytes| -> Result<Value, ApiError> {
+        if body.is_empty() {
+            return Ok(json!({}));
+        }
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("invalid JSON: {e}")))
+    };
+    match (method, path) {
+        (&Method::GET, "/_sim/faults") => json_response(200, &json!(tb.faults.config())),
+        (&Method::POST | &Method::PUT, "/_sim/faults") => {
+            match serde_json::from_slice::<FaultConfig>(&body) {
+                Ok(c) => {
+                    tb.faults.configure(c);
+                    json_response(200, &json!(tb.faults.config()))
+                }
+                Err(e) => status_response(&ApiError::bad_request(format!(
+                    "invalid fault configuration: {e}"
+                ))),
+            }
+        }
+        (&Method::DELETE, "/_sim/faults") => {
+            tb.faults.configure(FaultConfig::default());
+            tb.faults.heal_partition();
+            json_response(200, &json!(tb.faults.config()))
+        }
+        (&Method::POST, "/_sim/partition") => match parse(&body) {
+            Ok(v) => {
+                let secs = v["seconds"].as_f64().unwrap_or(1.0).max(0.0);
+                tb.partition_for(Duration::from_secs_f64(secs));
+                json_response(200, &json!({"partitionedSeconds": secs}))
+            }
+            Err(e) => status_response(&e),
+        },
+        (&Method::DELETE, "/_sim/partition") => {
+            tb.faults.heal_partition();
+            json_response(200, &json!({}))
+        }
+        (&Method::POST, "/_sim/watches/cut") => {
+            tb.cut_watches();
+            json_response(200, &json!({}))
+        }
+        (&Method::POST, "/_sim/watches/gone") => match parse(&body) {
+            Ok(v) => {
+                let n = v["count"].as_u64().unwrap_or(1);
+                tb.faults
+                    .force_watch_gone(u32::try_from(n).unwrap_or(u32::MAX));
+                json_response(200, &json!({"count": n}))
+            }
+            Err(e) => status_response(&e),
+        },
+        (&Method::GET, "/_sim/requests") => {
+            let counts: Vec<Value> = tb
+                .counters
+                .snapshot()
+                .counts
+                .iter()
+                .map(|(k, n)| {
+                    json!({"verb": k.verb, "group": k.group, "resource": k.resource,
+                           "subresource": k.subresource, "path": k.path, "client": k.client,
+                           "user": k.user, "code": k.code, "count": n})
+                })
+                .collect();
+            json_response(200, &json!({"requests": counts}))
+        }
+        (&Method::DELETE, "/_sim/requests") => {
+            tb.counters.reset();
+            json_response(200, &json!({}))
+        }
+        _ => status_response(&ApiError::resource_not_found()),
+    }
+}
+
+const MAX_ADMIN_BODY: usize = 1024 * 1024;
+
+async fn middleware(State(tb): State<Arc<Testbed>>, req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().map(String::from);
+    if path == "/metrics" && req.method() == Method::GET {
+        let mut r = Response::new(Body::from(tb.counters.prometheus_text()));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        );
+        return r;
+    }
+    if path.starts_with("/_sim/") {
+        let method = req.method().clone();
+        let body = match axum::body::to_bytes(req.into_body(), MAX_ADMIN_BODY).await {
+            Ok(b) => b,
+            Err(e) => return status_response(&ApiError::bad_request(e.to_string())),
+        };
+        return admin(&tb, &method, &path, body).await;
+    }
+    if tb.faults.partitioned() {
+        return dropped_connection();
+    }
+    let info = RequestInfo::parse(req.method().as_str(), &path, query.as_deref());
+    let user_agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let user = String::new();
+    let resumes = info.verb == "watch" && RequestInfo::resumes_watch(query.as_deref());
+    let decision = tb.faults.decide(&info, resumes);
+    if !decision.latency.is_zero() {
+        tokio::time::sleep(decision.latency).await;
+    }
+    let resp = if let Some(err) = decision.error {
+        let mut r = status_response(&err.to_api_error(&info));
+        if let Some(s) = err.retry_after_seconds
+            && let Ok(v) = http::HeaderValue::from_str(&s.to_string())
+        {
+            r.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        r
+    } else if decision.watch_gone {
+        watch_gone(query.as_deref())
+    } else {
+        let r = next.run(req).await;
+        if info.verb == "watch" && r.status() == StatusCode::OK {
+            let (events, age) = tb.faults.watch_limits();
+            limit_watch(r, events, age, tb.cut.subscribe())
+        } else {
+            r
+        }
+    };
+    tb.counters.record(RequestKey::new(
+        &info,
+        &user_agent,
+        &user,
+        resp.status().as_u16(),
+    ));
+    resp
+}
+
+/// Testbed controls on a running server.
+impl crate::KubeSim {
+    /// A snapshot of the request counters.
+    pub fn requests(&self) -> RequestStats {
+        self.testbed.counters.snapshot()
+    }
+
+    /// Zeroes the request counters.
+    pub fn reset_requests(&self) {
+        self.testbed.counters.reset();
+    }
+
+    /// Replaces the fault configuration (and restarts its random sequence).
+    pub fn set_faults(&self, config: FaultConfig) {
+        self.testbed.faults.configure(config);
+    }
+
+    /// Injects nothing any more and heals a partition.
+    pub fn clear_faults(&self) {
+        self.testbed.faults.configure(FaultConfig::default());
+        self.testbed.faults.heal_partition();
+    }
+
+    /// The server drops every connection attempt and open watch for `d`.
+    pub fn partition_for(&self, d: Duration) {
+        self.testbed.partition_for(d);
+    }
+
+    pub fn heal_partition(&self) {
+        self.testbed.faults.heal_partition();
+    }
+
+    /// Ends every open watch stream cleanly; clients resume from their last resourceVersion.
+    pub fn cut_watches(&self) {
+        self.testbed.cut_watches();
+    }
+
+    /// The next `n` watch resumptions (watches with a resourceVersion) get `410 Gone`.
+    pub fn force_watch_gone(&self, n: u32) {
+        self.testbed.faults.force_watch_gone(n);
+    }
+}
