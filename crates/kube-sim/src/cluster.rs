@@ -113,6 +113,64 @@ fn name_errors(info: &ResourceInfo, name: &str) -> Vec<FieldError> {
     vec![]
 }
 
+const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+const QUALIFIED_NAME_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+
+/// `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`, at most 63 characters.
+fn is_label_part(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && s.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
+        && s.as_bytes().last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
+/// A qualified name (`prefix/name`), as label and annotation keys must be.
+fn is_qualified_name(key: &str) -> bool {
+    match key.split_once('/') {
+        Some((prefix, name)) => {
+            !prefix.is_empty()
+                && prefix.len() <= 253
+                && prefix.split('.').all(is_label)
+                && is_label_part(name)
+        }
+        None => is_label_part(key),
+    }
+}
+
+/// `metadata.labels` and `metadata.annotations` keys and values, as `ValidateObjectMeta` checks them.
+fn metadata_errors(obj: &Value) -> Vec<FieldError> {
+    let mut errs = vec![];
+    if let Some(labels) = obj["metadata"]["labels"].as_object() {
+        for (k, v) in labels {
+            if !is_qualified_name(k) {
+                errs.push(FieldError::invalid(
+                    "metadata.labels",
+                    &json!(k),
+                    QUALIFIED_NAME_MSG,
+                ));
+            }
+            match v.as_str() {
+                Some(s) if s.is_empty() || is_label_part(s) => {}
+                _ => errs.push(FieldError::invalid("metadata.labels", v, LABEL_VALUE_MSG)),
+            }
+        }
+    }
+    if let Some(annotations) = obj["metadata"]["annotations"].as_object() {
+        for k in annotations.keys() {
+            if !is_qualified_name(k) {
+                errs.push(FieldError::invalid(
+                    "metadata.annotations",
+                    &json!(k),
+                    QUALIFIED_NAME_MSG,
+                ));
+            }
+        }
+    }
+    errs
+}
+
 fn meta(obj: &Value) -> &Value {
     &obj["metadata"]
 }
@@ -520,7 +578,8 @@ impl Cluster {
             name = format!("{prefix}{}", self.random.name_suffix());
             meta_mut(&mut body).insert("name".into(), json!(name));
         }
-        let errs = name_errors(info, &name);
+        let mut errs = name_errors(info, &name);
+        errs.extend(metadata_errors(&body));
         if !errs.is_empty() {
             return Err(ApiError::invalid(&info.group, &info.kind, &name, &errs));
         }
@@ -694,6 +753,15 @@ impl Cluster {
             {
                 m.insert("managedFields".into(), mf.clone());
             }
+        }
+        let meta_errs = metadata_errors(&new);
+        if !meta_errs.is_empty() {
+            return Err(ApiError::invalid(
+                &info.group,
+                &info.kind,
+                &name,
+                &meta_errs,
+            ));
         }
         let deleting = !meta(old)["deletionTimestamp"].is_null();
         if deleting {

@@ -341,6 +341,10 @@ async fn unknown_resources_and_missing_namespaces_are_not_found() {
         status["message"],
         "ConfigMap \"\" is invalid: metadata.name: Required value: name or generateName is required"
     );
+    let (code, status) = raw_json(&sim, "POST", CMS, "application/json", r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"l","labels":{"ok":"bad value!"}}}"#).await;
+    assert_eq!((code, status["reason"].as_str()), (422, Some("Invalid")));
+    assert_eq!(status["details"]["causes"][0]["field"], "metadata.labels");
+    assert!(status["message"].as_str().expect("message").starts_with("ConfigMap \"l\" is invalid: metadata.labels: Invalid value: \"bad value!\": a valid label must be"));
     let (code, status) = raw_json(
         &sim,
         "GET",
