@@ -19,6 +19,7 @@ pub struct Args {
 fn binaries_for(target: &str) -> &'static [&'static str] {
     match target {
         "nodeslo" => &["nodeslo-controller"],
+        "machineclass" => &["machineclass-controller"],
         _ => &[],
     }
 }

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 mod cluster;
+mod machineclass;
 mod nodeslo;
 mod report;
 mod sidecars;
@@ -28,6 +29,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Target {
+    /// machineclass-controller: classes finalized and machines Running against a bare client, writes per machine, peak RSS.
+    Machineclass(machineclass::Args),
     /// NodeSLO controller: convergence and config fan-out against a bare client, writes per node, peak RSS.
     Nodeslo(nodeslo::Args),
     /// router-sidecar and gw-sidecar: requests/s and p50/p99 per method and stream count, as a ratio to an empty handler.
@@ -41,6 +44,7 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async {
         match cli.target {
+            Target::Machineclass(args) => machineclass::run(&cli.bin_dir, &args).await,
             Target::Nodeslo(args) => nodeslo::run(&cli.bin_dir, &args).await,
             Target::Sidecars(args) => sidecars::run(&args).await,
         }
