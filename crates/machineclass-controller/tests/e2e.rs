@@ -557,3 +557,67 @@ async fn bad_input_is_reported_on_the_object_and_disturbs_nothing_else() {
         .collect();
     assert!(validation.len() >= 3, "{validation:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_phase_follows_node_health_and_a_deleted_node_takes_its_machine() {
+    let env = Env::start().await;
+    let bin = env.controller(&[]).await;
+    env.secret("cloud").await;
+    env.class("sim", "cloud", json!({})).await;
+    env.machine("sick", "sim", json!({"healthTimeout": "2s"}))
+        .await;
+    env.machine("doomed", "sim", json!({})).await;
+    let machines = env.machines();
+    until(&bin, "both Running", T, || async {
+        let a = machines.get("sick").await.ok()?;
+        let b = machines.get("doomed").await.ok()?;
+        (phase(&a).as_deref() == Some("Running") && phase(&b).as_deref() == Some("Running"))
+            .then_some(())
+    })
+    .await;
+
+    // The kubelet reports a kernel deadlock: Running -> Unknown -> Failed after healthTimeout.
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    nodes
+        .patch_status(
+            "sick",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [
+                {"type": "Ready", "status": "True"}, {"type": "KernelDeadlock", "status": "True"}
+            ]}})),
+        )
+        .await
+        .expect("node status patched");
+    let unknown = until(&bin, "Unknown", T, || async {
+        let m = machines.get("sick").await.ok()?;
+        (phase(&m).as_deref() == Some("Unknown")).then_some(m)
+    })
+    .await;
+    assert!(
+        last_op(&unknown).0.contains("KernelDeadlock=True"),
+        "{:?}",
+        last_op(&unknown)
+    );
+    let failed = until(&bin, "Failed", T, || async {
+        let m = machines.get("sick").await.ok()?;
+        (phase(&m).as_deref() == Some("Failed")).then_some(m)
+    })
+    .await;
+    assert!(
+        last_op(&failed).0.contains("is not healthy since"),
+        "{:?}",
+        last_op(&failed)
+    );
+
+    // Deleting a Node deletes its Machine, which then completes the deletion flow.
+    nodes
+        .delete("doomed", &DeleteParams::default())
+        .await
+        .expect("node delete accepted");
+    until(&bin, "machine and node gone", T, || async {
+        let gone = machines.get_opt("doomed").await.ok()?.is_none()
+            && nodes.get_opt("doomed").await.ok()?.is_none();
+        gone.then_some(())
+    })
+    .await;
+}
