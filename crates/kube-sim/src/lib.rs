@@ -28,5 +28,6 @@ mod server;
 pub mod store;
 pub mod testbed;
 pub mod util;
+pub mod workloads;
 
 pub use server::{Config, Error, KubeSim};

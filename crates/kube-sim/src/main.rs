@@ -36,6 +36,12 @@ enum Command {
         /// e.g. '{"seed":1,"errors":[{"rate":0.1,"code":500}],"watchMaxEvents":50}'.
         #[arg(long, env = "KUBE_SIM_FAULTS")]
         faults: Option<String>,
+        /// Simulate workloads: Deployments and ReplicaSets get running, Ready Pods with pod IPs.
+        #[arg(long, env = "KUBE_SIM_SIMULATE_WORKLOADS")]
+        simulate_workloads: bool,
+        /// IPv4 CIDR that simulated Pods get their `podIP` from.
+        #[arg(long, env = "KUBE_SIM_POD_CIDR", default_value = "127.10.0.0/16")]
+        pod_cidr: String,
     },
 }
 
@@ -69,6 +75,8 @@ async fn main() -> anyhow::Result<()> {
                 data_dir,
                 history,
                 faults,
+                simulate_workloads,
+                pod_cidr,
             },
     } = Cli::parse();
     if data_dir.is_some() {
@@ -80,6 +88,11 @@ async fn main() -> anyhow::Result<()> {
         history_size: history,
         faults: kube_sim::faults::FaultConfig::from_flag(faults.as_deref())
             .context("reading --faults")?,
+        simulate_workloads,
+        workloads: kube_sim::workloads::WorkloadOptions {
+            pod_cidr,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let sim = kube_sim::KubeSim::start(config)

@@ -19,6 +19,9 @@ pub struct Config {
     pub bookmark_interval: Duration,
     /// Injected faults (none by default); changeable later with `KubeSim::set_faults`.
     pub faults: crate::faults::FaultConfig,
+    /// Run the workload simulation (Deployments -> ReplicaSets -> running Pods, see `workloads.rs`).
+    pub simulate_workloads: bool,
+    pub workloads: crate::workloads::WorkloadOptions,
 }
 
 impl Default for Config {
@@ -28,6 +31,8 @@ impl Default for Config {
             history_size: 10_000,
             bookmark_interval: Duration::from_secs(60),
             faults: crate::faults::FaultConfig::default(),
+            simulate_workloads: false,
+            workloads: crate::workloads::WorkloadOptions::default(),
         }
     }
 }
@@ -41,6 +46,8 @@ pub enum Error {
     },
     #[error("cannot build a client: {0}")]
     Client(String),
+    #[error(transparent)]
+    Testbed(#[from] crate::testbed::TestbedError),
     #[error("cannot write the kubeconfig: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -78,7 +85,7 @@ impl KubeSim {
         let app = axum::Router::new()
             .fallback(dispatch)
             .with_state(shared.clone());
-        let testbed = Arc::new(crate::testbed::Testbed::new(config.faults.clone()));
+        let testbed = crate::testbed::Testbed::start(&config, shared.clone())?;
         let app = testbed.wrap(app);
         let task = tokio::spawn(async move {
             let served = axum::serve(listener, app)

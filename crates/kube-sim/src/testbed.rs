@@ -12,7 +12,9 @@
 use crate::accounting::{RequestCounters, RequestKey, RequestStats};
 use crate::error::ApiError;
 use crate::faults::{FaultConfig, FaultInjector};
+use crate::http::Shared;
 use crate::request_info::RequestInfo;
+use crate::workloads::{Nodes, WorkloadError};
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
@@ -29,15 +31,35 @@ pub struct Testbed {
     pub faults: FaultInjector,
     /// Bumped to end every open watch stream cleanly (the client resumes from its last RV).
     cut: tokio::sync::watch::Sender<u64>,
+    pub(crate) nodes: Arc<Nodes>,
+    pub(crate) shared: Arc<Shared>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TestbedError {
+    #[error(transparent)]
+    Workloads(#[from] WorkloadError),
 }
 
 impl Testbed {
-    pub fn new(faults: FaultConfig) -> Self {
-        Self {
+    /// Sets up the testbed for a server about to serve `shared`, and starts its background tasks.
+    pub fn start(config: &crate::Config, shared: Arc<Shared>) -> Result<Arc<Self>, TestbedError> {
+        // Fail early on a bad pool rather than in the background.
+        crate::workloads::IpPool::parse(&config.workloads.pod_cidr)?;
+        let tb = Arc::new(Self {
             counters: RequestCounters::default(),
-            faults: FaultInjector::new(faults),
+            faults: FaultInjector::new(config.faults.clone()),
             cut: tokio::sync::watch::Sender::new(0),
-        }
+            nodes: Arc::new(Nodes::default()),
+            shared: shared.clone(),
+        });
+        crate::workloads::spawn(
+            shared,
+            tb.nodes.clone(),
+            config.workloads.clone(),
+            config.simulate_workloads,
+        );
+        Ok(tb)
     }
 
     /// Wraps the API router with the testbed middleware.
@@ -319,6 +341,22 @@ impl crate::KubeSim {
     /// Ends every open watch stream cleanly; clients resume from their last resourceVersion.
     pub fn cut_watches(&self) {
         self.testbed.cut_watches();
+    }
+
+    /// Creates a Ready node (kubelet-like: conditions, addresses, capacity) that heartbeats.
+    pub fn add_node(
+        &self,
+        name: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), WorkloadError> {
+        let tb = &self.testbed;
+        tb.nodes.add(&mut tb.shared.lock(), name, labels)
+    }
+
+    /// Stops (`false`: Ready becomes Unknown, no heartbeats) or restarts a node's kubelet.
+    pub fn set_node_ready(&self, name: &str, ready: bool) -> Result<(), WorkloadError> {
+        let tb = &self.testbed;
+        tb.nodes.set_ready(&mut tb.shared.lock(), name, ready)
     }
 
     /// The next `n` watch resumptions (watches with a resourceVersion) get `410 Gone`.
