@@ -16,6 +16,7 @@ use kube::{Api, Client};
 use machine_driver::Driver;
 use machineclass_core::driver_error::RetryPeriods;
 use machineclass_core::index::RefIndex;
+use machineclass_core::validate::MachineTimeouts;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// Shared state of the controllers.
@@ -38,6 +39,8 @@ pub struct Ctx {
     pub class_versions: Mutex<HashMap<String, String>>,
     pub recorder: Recorder,
     pub retry: RetryPeriods,
+    /// Machine timeouts for Machines that do not set their own.
+    pub timeouts: MachineTimeouts,
     pub metrics: ControllerMetrics,
     pub leader: LeaderHandle,
     pub caches_ready: Arc<AtomicBool>,

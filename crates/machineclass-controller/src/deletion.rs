@@ -198,8 +198,8 @@ async fn drain(ctx: &Ctx, machine: &Machine) -> Result<StepOutcome, Error> {
     if pods.is_empty() {
         return Ok(StepOutcome::Done(Some("Drain successful".into())));
     }
-    let timeouts = MachineTimeouts::from_spec(&machine.spec).ok();
-    let drain_timeout = timeouts.map_or(capstan_apis::machine::DEFAULT_DRAIN_TIMEOUT, |t| t.drain);
+    let timeouts = MachineTimeouts::from_spec_or(&machine.spec, &ctx.timeouts).ok();
+    let drain_timeout = timeouts.map_or(ctx.timeouts.drain, |t| t.drain);
     let started = machine
         .metadata
         .deletion_timestamp

@@ -45,6 +45,7 @@ use machineclass_core::class::class_name_of;
 use machineclass_core::driver_error::RetryPeriods;
 use machineclass_core::index::RefIndex;
 use machineclass_core::secret::referenced_secret_keys;
+use machineclass_core::validate::MachineTimeouts;
 use prometheus_client::registry::Registry;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -96,6 +97,16 @@ pub struct Args {
     #[arg(long, env = "RESOURCE_EXHAUSTED_RETRY", default_value = "3m", value_parser = parse_duration)]
     pub resource_exhausted_retry: Duration,
 
+    /// Default `creationTimeout` of Machines that do not set one.
+    #[arg(long, env = "MACHINE_CREATION_TIMEOUT", default_value = "20m", value_parser = parse_duration)]
+    pub machine_creation_timeout: Duration,
+    /// Default `healthTimeout` of Machines that do not set one.
+    #[arg(long, env = "MACHINE_HEALTH_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    pub machine_health_timeout: Duration,
+    /// Default `drainTimeout` of Machines that do not set one.
+    #[arg(long, env = "MACHINE_DRAIN_TIMEOUT", default_value = "2h", value_parser = parse_duration)]
+    pub machine_drain_timeout: Duration,
+
     /// Machines reconciled in parallel.
     #[arg(long, env = "MACHINE_CONCURRENCY", default_value_t = 10)]
     pub machine_concurrency: u16,
@@ -105,6 +116,15 @@ pub struct Args {
 }
 
 impl Args {
+    pub fn machine_timeouts(&self) -> MachineTimeouts {
+        MachineTimeouts {
+            creation: self.machine_creation_timeout,
+            health: self.machine_health_timeout,
+            drain: self.machine_drain_timeout,
+            disable_health_timeout: false,
+        }
+    }
+
     pub fn retry_periods(&self) -> RetryPeriods {
         RetryPeriods {
             conflict: self.conflict_retry,
@@ -185,6 +205,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         namespace: args.namespace.clone(),
         driver,
         retry: args.retry_periods(),
+        timeouts: args.machine_timeouts(),
         metrics,
         mcm_metrics,
         leader: service.leader().clone(),
@@ -206,6 +227,7 @@ pub struct Wiring {
     pub namespace: String,
     pub driver: Arc<dyn Driver>,
     pub retry: RetryPeriods,
+    pub timeouts: MachineTimeouts,
     pub metrics: ControllerMetrics,
     pub mcm_metrics: McmMetrics,
     pub leader: capstan_runtime::leader::LeaderHandle,
@@ -326,6 +348,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         class_versions: Mutex::new(Default::default()),
         recorder: Recorder::new(w.client.clone(), reporter),
         retry: w.retry,
+        timeouts: w.timeouts,
         metrics: w.metrics,
         leader: w.leader,
         caches_ready: caches_ready.clone(),

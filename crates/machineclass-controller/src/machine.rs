@@ -113,7 +113,7 @@ async fn live(original: &Machine, ctx: &Ctx) -> Result<Action, Error> {
         Ok(name) => name.to_owned(),
         Err(e) => return report_invalid(ctx, &machine, e.to_string(), ctx.retry.long).await,
     };
-    let timeouts = match MachineTimeouts::from_spec(&machine.spec) {
+    let timeouts = match MachineTimeouts::from_spec_or(&machine.spec, &ctx.timeouts) {
         Ok(t) => t,
         Err(e) => return report_invalid(ctx, &machine, e.to_string(), ctx.retry.long).await,
     };

@@ -357,7 +357,15 @@ async fn the_same_flows_through_the_grpc_driver() {
     let env = Env::start().await;
     let (endpoint, _stop) = grpc_sim(&env).await;
     let bin = env
-        .controller(&["--driver", &endpoint, "--resource-exhausted-retry", "500ms"])
+        .controller(&[
+            "--driver",
+            &endpoint,
+            "--resource-exhausted-retry",
+            "500ms",
+            // The default for machines without their own creationTimeout.
+            "--machine-creation-timeout",
+            "3s",
+        ])
         .await;
     env.secret("cloud").await;
     env.class("sim", "cloud", json!({})).await;
@@ -368,8 +376,7 @@ async fn the_same_flows_through_the_grpc_driver() {
     )
     .await;
     env.machine("good", "sim", json!({})).await;
-    env.machine("bad", "quota", json!({"creationTimeout": "3s"}))
-        .await;
+    env.machine("bad", "quota", json!({})).await;
     let machines = env.machines();
     until(&bin, "good Running and bad Failed", T, || async {
         let good = machines.get("good").await.ok()?;

@@ -95,15 +95,49 @@ pub struct MachineTimeouts {
     pub disable_health_timeout: bool,
 }
 
+impl Default for MachineTimeouts {
+    /// MCM's defaults: creation 20m, health 10m, drain 2h.
+    fn default() -> Self {
+        Self {
+            creation: capstan_apis::machine::DEFAULT_CREATION_TIMEOUT,
+            health: capstan_apis::machine::DEFAULT_HEALTH_TIMEOUT,
+            drain: capstan_apis::machine::DEFAULT_DRAIN_TIMEOUT,
+            disable_health_timeout: false,
+        }
+    }
+}
+
 impl MachineTimeouts {
-    /// Parses the spec's timeouts (defaults for unset ones).
+    /// Parses the spec's timeouts (MCM's defaults for unset ones).
     pub fn from_spec(spec: &MachineSpec) -> Result<Self, ValidationError> {
-        let wrap = |field| move |source| ValidationError::InvalidTimeout { field, source };
+        Self::from_spec_or(spec, &Self::default())
+    }
+
+    /// Parses the spec's timeouts; unset ones come from `defaults` (the controller's flags).
+    pub fn from_spec_or(spec: &MachineSpec, defaults: &Self) -> Result<Self, ValidationError> {
+        let parse = |field: &'static str,
+                     value: Option<&capstan_apis::machine::GoDuration>,
+                     default: Duration| {
+            value.map_or(Ok(default), |v| {
+                v.to_std()
+                    .map_err(|source| ValidationError::InvalidTimeout { field, source })
+            })
+        };
         Ok(Self {
-            creation: spec.creation_timeout().map_err(wrap("creationTimeout"))?,
-            health: spec.health_timeout().map_err(wrap("healthTimeout"))?,
-            drain: spec.drain_timeout().map_err(wrap("drainTimeout"))?,
-            disable_health_timeout: spec.disable_health_timeout.unwrap_or(false),
+            creation: parse(
+                "creationTimeout",
+                spec.creation_timeout.as_ref(),
+                defaults.creation,
+            )?,
+            health: parse(
+                "healthTimeout",
+                spec.health_timeout.as_ref(),
+                defaults.health,
+            )?,
+            drain: parse("drainTimeout", spec.drain_timeout.as_ref(), defaults.drain)?,
+            disable_health_timeout: spec
+                .disable_health_timeout
+                .unwrap_or(defaults.disable_health_timeout),
         })
     }
 }
@@ -228,6 +262,18 @@ mod tests {
         assert_eq!(t.creation, Duration::from_secs(5));
         assert_eq!(t.health, Duration::from_secs(600));
         assert!(!t.disable_health_timeout);
+        let flags = MachineTimeouts {
+            creation: Duration::from_secs(60),
+            ..MachineTimeouts::default()
+        };
+        let unset = MachineTimeouts::from_spec_or(&MachineSpec::default(), &flags).expect("valid");
+        assert_eq!(unset.creation, Duration::from_secs(60), "flag default used");
+        assert_eq!(
+            MachineTimeouts::from_spec_or(&spec, &flags)
+                .expect("valid")
+                .creation,
+            Duration::from_secs(5)
+        );
         spec.health_timeout = Some(GoDuration::new("ten minutes"));
         let err = MachineTimeouts::from_spec(&spec).expect_err("invalid");
         assert_eq!(err.label(), "invalid_timeout");
