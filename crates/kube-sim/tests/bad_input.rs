@@ -175,6 +175,17 @@ async fn stale_resource_version_conflicts() {
     .await;
     assert_eq!((code, status["reason"].as_str()), (409, Some("Conflict")));
     assert_eq!(count(&sim, CMS).await, 1);
+    // A completed delete of a ConfigMap answers a Status naming it, as kube-apiserver does.
+    let (code, status) =
+        raw_json(&sim, "DELETE", &format!("{CMS}/c"), "application/json", "").await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        (status["kind"].as_str(), status["status"].as_str()),
+        (Some("Status"), Some("Success"))
+    );
+    assert_eq!(status["details"]["name"], "c");
+    assert_eq!(status["details"]["kind"], "configmaps");
+    assert_eq!(count(&sim, CMS).await, 0);
     sim.shutdown().await;
 }
 

@@ -640,6 +640,9 @@ fn resource_request(
                 && obj["metadata"]["finalizers"]
                     .as_array()
                     .is_some_and(|f| !f.is_empty());
+            if !pending && !returns_deleted_object(info) {
+                return Ok(json_response(200, &deleted_status(info, &obj)));
+            }
             Ok(object_response(
                 if pending { 202 } else { 200 },
                 info,
@@ -661,6 +664,30 @@ fn resource_request(
             "the server does not allow this method on the requested resource",
         )),
     }
+}
+
+/// Kinds whose registry sets `ReturnDeletedObject` answer a completed DELETE with the object;
+/// the others with a `Status` Success naming it.
+fn returns_deleted_object(info: &ResourceInfo) -> bool {
+    info.custom
+        || matches!(
+            (info.group.as_str(), info.plural.as_str()),
+            ("", "pods" | "services" | "namespaces" | "nodes")
+                | ("apps", _)
+                | ("apiextensions.k8s.io", _)
+                | ("storage.k8s.io", _)
+        )
+}
+
+fn deleted_status(info: &ResourceInfo, obj: &Value) -> Value {
+    let mut details = serde_json::Map::new();
+    details.insert("name".into(), obj["metadata"]["name"].clone());
+    if !info.group.is_empty() {
+        details.insert("group".into(), json!(info.group));
+    }
+    details.insert("kind".into(), json!(info.plural));
+    details.insert("uid".into(), obj["metadata"]["uid"].clone());
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
 }
 
 fn scale_of(obj: &Value) -> Value {
