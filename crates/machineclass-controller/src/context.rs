@@ -83,7 +83,8 @@ impl Ctx {
         if !self.caches_ready.load(Ordering::Acquire) {
             return Some(Action::requeue(Duration::from_millis(500)));
         }
-        (!self.leader.is_leader()).then(|| Action::requeue(self.retry.short))
+        // A standby replica parks every object; gaining the lease reconciles them all again.
+        (!self.leader.is_leader()).then(Action::await_change)
     }
 
     /// Publishes an Event on `reference`; failures are logged, never fatal.

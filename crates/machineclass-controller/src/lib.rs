@@ -303,6 +303,18 @@ fn secrets_of(class: &MachineClass) -> BTreeSet<String> {
         .collect()
 }
 
+/// Yields once each time this replica becomes the leader.
+fn leadership_gained(rx: tokio::sync::watch::Receiver<bool>) -> impl Stream<Item = ()> + Send {
+    futures::stream::unfold(rx, |mut rx| async move {
+        loop {
+            rx.changed().await.ok()?;
+            if *rx.borrow_and_update() {
+                return Some(((), rx));
+            }
+        }
+    })
+}
+
 fn send_ref<K: Resource<DynamicType = ()>>(tx: &UnboundedSender<ObjectRef<K>>, target: &str) {
     let (ns, name) = split_key(target);
     let _ = tx.send(ObjectRef::new(name).within(ns));
@@ -350,7 +362,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         retry: w.retry,
         timeouts: w.timeouts,
         metrics: w.metrics,
-        leader: w.leader,
+        leader: w.leader.clone(),
         caches_ready: caches_ready.clone(),
     });
 
@@ -400,18 +412,21 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
                 .map(|m| ObjectRef::new(m).within(&machine_ns))
         })
         .reconcile_on(UnboundedReceiverStream::new(machine_rx))
+        .reconcile_all_on(leadership_gained(w.leader.subscribe()))
         .graceful_shutdown_on(stop(&w.shutdown))
         .run(machine::reconcile, machine::error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
     let classes = Controller::for_stream(class_stream, class_store.clone())
         .with_config(class_config.clone())
         .reconcile_on(UnboundedReceiverStream::new(class_rx))
+        .reconcile_all_on(leadership_gained(w.leader.subscribe()))
         .graceful_shutdown_on(stop(&w.shutdown))
         .run(class::reconcile, class::error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
     let secrets = Controller::for_stream(secret_stream, secret_store.clone())
         .with_config(class_config)
         .reconcile_on(UnboundedReceiverStream::new(secret_rx))
+        .reconcile_all_on(leadership_gained(w.leader.subscribe()))
         .graceful_shutdown_on(stop(&w.shutdown))
         .run(secret::reconcile, secret::error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));

@@ -628,3 +628,54 @@ async fn machine_phase_follows_node_health_and_a_deleted_node_takes_its_machine(
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_replica_takes_over_the_objects_it_parked() {
+    let env = Env::start().await;
+    let elect = |id: &'static str| {
+        [
+            "--leader-elect",
+            "--lease-duration-seconds",
+            "3",
+            "--lease-grace-seconds",
+            "1",
+            "--lease-identity",
+            id,
+        ]
+    };
+    let mut leader = env.controller(&elect("replica-a")).await;
+    env.secret("cloud").await;
+    env.class("sim", "cloud", json!({})).await;
+    env.machine("m-1", "sim", json!({})).await;
+    let machines = env.machines();
+    until(&leader, "m-1 Running", T, || async {
+        let m = machines.get("m-1").await.ok()?;
+        (phase(&m).as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+    let standby = env.controller(&elect("replica-b")).await;
+
+    // The leader freezes without releasing its Lease; a Machine created now is seen, but only
+    // parked, by the standby.
+    leader
+        .signal(nix::sys::signal::Signal::SIGSTOP)
+        .expect("stopped");
+    env.machine("m-2", "sim", json!({})).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let parked = machines.get("m-2").await.expect("m-2");
+    assert!(
+        parked.metadata.finalizers.is_none(),
+        "no writes before the Lease expires"
+    );
+
+    // Once the Lease expires the standby leads and reconciles what it parked.
+    until(&standby, "m-2 Running under the new leader", T, || async {
+        let m = machines.get("m-2").await.ok()?;
+        (phase(&m).as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+    leader
+        .signal(nix::sys::signal::Signal::SIGKILL)
+        .expect("killed");
+    let _ = leader.wait_exit(Duration::from_secs(10)).await;
+}
