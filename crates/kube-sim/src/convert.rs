@@ -59,7 +59,9 @@ pub fn from_storage(info: &ResourceInfo, obj: &Value) -> Value {
 
 /// Whether a stored object must be converted before it is shown in this version.
 pub fn needs_conversion(info: &ResourceInfo, obj: &Value) -> bool {
-    obj["apiVersion"].as_str() != Some(info.api_version().as_str())
+    !obj["apiVersion"]
+        .as_str()
+        .is_some_and(|av| info.is_api_version(av))
 }
 
 #[cfg(test)]

@@ -56,6 +56,23 @@ impl ResourceInfo {
         }
         (self.group.clone(), self.plural.clone())
     }
+    /// `storage_key() == *key`, without allocating (hot in watch fan-out).
+    pub fn stored_under(&self, key: &StorageKey) -> bool {
+        if self.group == "events.k8s.io" && self.plural == "events" {
+            return key.0.is_empty() && key.1 == "events";
+        }
+        key.0 == self.group && key.1 == self.plural
+    }
+    /// `api_version() == s`, without allocating.
+    pub fn is_api_version(&self, s: &str) -> bool {
+        if self.group.is_empty() {
+            return s == self.version;
+        }
+        s.len() == self.group.len() + 1 + self.version.len()
+            && s.starts_with(self.group.as_str())
+            && s.ends_with(self.version.as_str())
+            && s.as_bytes()[self.group.len()] == b'/'
+    }
     pub fn has_status(&self) -> bool {
         self.subresources.iter().any(|s| s == "status")
     }
@@ -553,5 +570,14 @@ mod tests {
                 .map(|r| r.plural.as_str()),
             Some("deployments")
         );
+        let w = reg.lookup("example.com", "v1", "widgets").expect("widgets");
+        assert!(
+            w.is_api_version("example.com/v1")
+                && !w.is_api_version("example.com/v2")
+                && !w.is_api_version("v1")
+        );
+        assert!(w.stored_under(&w.storage_key()));
+        let ev = reg.lookup("events.k8s.io", "v1", "events").expect("events");
+        assert!(ev.stored_under(&(String::new(), "events".into())));
     }
 }

@@ -69,7 +69,7 @@ impl WatchFilter {
 
     /// The line for an event, applying selectors (leaving the selector is a DELETED).
     pub fn render(&self, ev: &Event) -> Option<Bytes> {
-        if ev.key != self.info.storage_key() {
+        if !self.info.stored_under(&ev.key) {
             return None;
         }
         let now = self.matches(&ev.object);
@@ -87,8 +87,9 @@ impl WatchFilter {
             }
             _ => return None,
         };
-        let same_version =
-            ev.object["apiVersion"].as_str() == Some(self.info.api_version().as_str());
+        let same_version = ev.object["apiVersion"]
+            .as_str()
+            .is_some_and(|av| self.info.is_api_version(av));
         if self.table || !same_version {
             return Some(self.line(type_.as_str(), &ev.object));
         }
