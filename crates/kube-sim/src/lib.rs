@@ -19,6 +19,7 @@ pub mod error;
 pub mod faults;
 mod http;
 pub mod patch;
+pub mod persistence;
 pub mod proto;
 pub mod registry;
 pub mod request_info;

@@ -26,7 +26,7 @@ enum Command {
         /// Where to write a kubeconfig for this server once it is ready.
         #[arg(long, env = "KUBE_SIM_KUBECONFIG_OUT")]
         kubeconfig_out: Option<PathBuf>,
-        /// Directory for persisted state (not implemented yet: state is in memory).
+        /// Directory for persisted state: every acknowledged write survives a crash and restart.
         #[arg(long, env = "KUBE_SIM_DATA_DIR")]
         data_dir: Option<PathBuf>,
         /// Events kept for watch resumption.
@@ -79,9 +79,6 @@ async fn main() -> anyhow::Result<()> {
                 pod_cidr,
             },
     } = Cli::parse();
-    if data_dir.is_some() {
-        tracing::warn!("--data-dir is not implemented yet; state is kept in memory only");
-    }
     let signal = termination_signal()?;
     let config = kube_sim::Config {
         addr,
@@ -89,6 +86,7 @@ async fn main() -> anyhow::Result<()> {
         faults: kube_sim::faults::FaultConfig::from_flag(faults.as_deref())
             .context("reading --faults")?,
         simulate_workloads,
+        data_dir,
         workloads: kube_sim::workloads::WorkloadOptions {
             pod_cidr,
             ..Default::default()

@@ -22,6 +22,8 @@ pub struct Config {
     /// Run the workload simulation (Deployments -> ReplicaSets -> running Pods, see `workloads.rs`).
     pub simulate_workloads: bool,
     pub workloads: crate::workloads::WorkloadOptions,
+    /// Persist every acknowledged write here and replay it at start (see `persistence.rs`).
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -33,6 +35,7 @@ impl Default for Config {
             faults: crate::faults::FaultConfig::default(),
             simulate_workloads: false,
             workloads: crate::workloads::WorkloadOptions::default(),
+            data_dir: None,
         }
     }
 }

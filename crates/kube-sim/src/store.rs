@@ -81,6 +81,8 @@ pub struct Store {
     dependents: HashMap<String, BTreeSet<(StorageKey, ObjKey)>>,
     /// uid -> location, to resolve owners.
     uids: HashMap<String, (StorageKey, ObjKey)>,
+    /// Sees every event before it is published (persistence makes it durable there).
+    sink: Option<Box<dyn FnMut(&Event) + Send>>,
 }
 
 impl Store {
@@ -95,7 +97,13 @@ impl Store {
             tx,
             dependents: HashMap::new(),
             uids: HashMap::new(),
+            sink: None,
         }
+    }
+
+    /// Installs the hook that sees every later event before it is published.
+    pub fn set_sink(&mut self, sink: Box<dyn FnMut(&Event) + Send>) {
+        self.sink = Some(sink);
     }
 
     pub fn resource_version(&self) -> u64 {
@@ -190,6 +198,9 @@ impl Store {
             prev,
             json: OnceLock::new(),
         });
+        if let Some(sink) = self.sink.as_mut() {
+            sink(&event);
+        }
         if self.history.len() >= self.history_cap
             && let Some(old) = self.history.pop_front()
         {

@@ -39,6 +39,8 @@ pub struct Testbed {
 pub enum TestbedError {
     #[error(transparent)]
     Workloads(#[from] WorkloadError),
+    #[error(transparent)]
+    Persistence(#[from] crate::persistence::PersistenceError),
 }
 
 impl Testbed {
@@ -46,6 +48,9 @@ impl Testbed {
     pub fn start(config: &crate::Config, shared: Arc<Shared>) -> Result<Arc<Self>, TestbedError> {
         // Fail early on a bad pool rather than in the background.
         crate::workloads::IpPool::parse(&config.workloads.pod_cidr)?;
+        if let Some(dir) = &config.data_dir {
+            crate::persistence::open(dir, &mut shared.lock(), config.history_size)?;
+        }
         let tb = Arc::new(Self {
             counters: RequestCounters::default(),
             faults: FaultInjector::new(config.faults.clone()),
