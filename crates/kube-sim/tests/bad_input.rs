@@ -367,3 +367,71 @@ async fn unknown_resources_and_missing_namespaces_are_not_found() {
     assert_eq!((code, status["reason"].as_str()), (400, Some("BadRequest")));
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn list_resource_version_match_rules() {
+    let sim = common::start().await;
+    let (_, list) = raw_json(&sim, "GET", CMS, "", "").await;
+    let rv: u64 = list["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("rv")
+        .parse()
+        .expect("numeric");
+    let (code, status) = raw_json(
+        &sim,
+        "GET",
+        &format!("{CMS}?resourceVersionMatch=Exact"),
+        "",
+        "",
+    )
+    .await;
+    assert_eq!((code, status["reason"].as_str()), (422, Some("Invalid")));
+    let (code, _) = raw_json(
+        &sim,
+        "GET",
+        &format!("{CMS}?resourceVersion={rv}&resourceVersionMatch=Exact"),
+        "",
+        "",
+    )
+    .await;
+    assert_eq!(code, 200);
+    let (code, _) = raw_json(
+        &sim,
+        "GET",
+        &format!("{CMS}?resourceVersion=1&resourceVersionMatch=NotOlderThan"),
+        "",
+        "",
+    )
+    .await;
+    assert_eq!(code, 200);
+    raw_json(
+        &sim,
+        "POST",
+        CMS,
+        "application/json",
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"bump"}}"#,
+    )
+    .await;
+    let (code, status) = raw_json(
+        &sim,
+        "GET",
+        &format!("{CMS}?resourceVersion={rv}&resourceVersionMatch=Exact"),
+        "",
+        "",
+    )
+    .await;
+    assert_eq!((code, status["reason"].as_str()), (410, Some("Expired")));
+    let (code, status) = raw_json(
+        &sim,
+        "GET",
+        &format!(
+            "{CMS}?resourceVersion={}&resourceVersionMatch=NotOlderThan",
+            rv + 100
+        ),
+        "",
+        "",
+    )
+    .await;
+    assert_eq!((code, status["reason"].as_str()), (504, Some("Timeout")));
+    sim.shutdown().await;
+}

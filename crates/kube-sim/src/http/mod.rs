@@ -402,6 +402,63 @@ fn list_options(info: &ResourceInfo, query: &Query) -> Result<ListOptions, ApiEr
     })
 }
 
+/// `resourceVersion`/`resourceVersionMatch` rules of a list. Lists are served from the current
+/// state; an `Exact` (or `NotOlderThan`) version newer than the server's, or an `Exact` one
+/// that is not the current state, cannot be honoured.
+fn check_list_resource_version(query: &Query, current: u64) -> Result<(), ApiError> {
+    let rv = query.get("resourceVersion").unwrap_or("");
+    let rv_match = query.get("resourceVersionMatch").unwrap_or("");
+    if rv_match.is_empty() {
+        return Ok(());
+    }
+    let invalid = |detail: &str| {
+        ApiError::invalid(
+            "meta.k8s.io",
+            "ListOptions",
+            "",
+            &[crate::error::FieldError::forbidden(
+                "resourceVersionMatch",
+                detail,
+            )],
+        )
+    };
+    if rv.is_empty() {
+        return Err(invalid(
+            "resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ));
+    }
+    if !matches!(rv_match, "Exact" | "NotOlderThan") {
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "ListOptions",
+            "",
+            &[crate::error::FieldError::not_supported(
+                "resourceVersionMatch",
+                &json!(rv_match),
+                &[json!("Exact"), json!("NotOlderThan"), json!("")],
+            )],
+        ));
+    }
+    let n: u64 = rv
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("invalid resource version: \"{rv}\"")))?;
+    if rv_match == "Exact" && n == 0 {
+        return Err(invalid(
+            "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+        ));
+    }
+    if n > current {
+        return Err(ApiError::new(504, "Timeout", format!("Too large resource version: {n}, current: {current}"))
+            .with_details(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1})));
+    }
+    if rv_match == "Exact" && n != current {
+        return Err(ApiError::gone(format!(
+            "too old resource version: {n} ({current})"
+        )));
+    }
+    Ok(())
+}
+
 fn field_error_prefix(info: &ResourceInfo) -> String {
     format!("\"{}\" is not a known field selector", info.plural)
 }
@@ -552,6 +609,7 @@ fn resource_request(
         (&Method::GET, None) => {
             let opts = list_options(info, query)?;
             let cluster = shared.lock();
+            check_list_resource_version(query, cluster.store.resource_version())?;
             let result = cluster.list(info, rp.namespace.as_deref(), &opts)?;
             drop(cluster);
             if wants_table(accept) {
