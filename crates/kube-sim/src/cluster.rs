@@ -203,12 +203,15 @@ fn set_finalizers(obj: &mut Value, list: &[String]) {
 }
 
 /// Everything but metadata and status: what bumps `generation`.
-fn spec_part(obj: &Value) -> Value {
+/// Without a status subresource, a custom resource's status is content like any other field.
+fn spec_part(obj: &Value, status_is_separate: bool) -> Value {
     match obj {
         Value::Object(m) => Value::Object(
             m.iter()
                 .filter(|(k, _)| {
-                    !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind")
+                    let meta_field = matches!(k.as_str(), "metadata" | "apiVersion" | "kind");
+                    let separate_status = status_is_separate && k.as_str() == "status";
+                    !meta_field && !separate_status
                 })
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
@@ -791,7 +794,10 @@ impl Cluster {
         }
         self.admit_custom(info, &mut new, opts)?;
         Self::admit_crd(info, &mut new, Some(old))?;
-        if info.has_generation && spec_part(&new) != spec_part(old) {
+        let status_is_separate = info.has_status() || !info.custom;
+        if info.has_generation
+            && spec_part(&new, status_is_separate) != spec_part(old, status_is_separate)
+        {
             let g = meta(old)["generation"].as_i64().unwrap_or(0) + 1;
             meta_mut(&mut new).insert("generation".into(), json!(g));
         }
@@ -1332,5 +1338,64 @@ fn spec_and_status(obj: &Value) -> Value {
                 .collect(),
         ),
         other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn crd(status_subresource: bool) -> Value {
+        let mut version = json!({"name": "v1", "served": true, "storage": true,
+            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}});
+        if status_subresource {
+            version["subresources"] = json!({"status": {}});
+        }
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": "gadgets.example.com"},
+               "spec": {"group": "example.com", "scope": "Namespaced",
+                        "names": {"kind": "Gadget", "plural": "gadgets"}, "versions": [version]}})
+    }
+
+    fn generation_after_status_change(status_subresource: bool) -> i64 {
+        let mut c = Cluster::new(100);
+        let opts = WriteOptions {
+            field_manager: "test".into(),
+            ..Default::default()
+        };
+        let crds = c
+            .registry
+            .lookup("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+            .cloned()
+            .expect("crds");
+        c.create(&crds, "", crd(status_subresource), &opts)
+            .expect("crd");
+        let gadgets = c
+            .registry
+            .lookup("example.com", "v1", "gadgets")
+            .cloned()
+            .expect("served");
+        let obj = json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g"}, "spec": {"a": 1}});
+        let created = c.create(&gadgets, "default", obj, &opts).expect("create");
+        let mut changed = created.clone();
+        changed["status"] = json!({"ready": true});
+        let sub = if status_subresource {
+            Sub::Status
+        } else {
+            Sub::Main
+        };
+        let updated = c
+            .update(&gadgets, "default", "g", changed, sub, &opts)
+            .expect("update");
+        assert_eq!(updated["status"]["ready"], true);
+        updated["metadata"]["generation"]
+            .as_i64()
+            .expect("generation")
+    }
+
+    #[test]
+    fn status_changes_bump_generation_only_without_a_status_subresource() {
+        assert_eq!(generation_after_status_change(true), 1);
+        assert_eq!(generation_after_status_change(false), 2);
     }
 }
