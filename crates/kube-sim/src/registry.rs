@@ -332,14 +332,27 @@ fn col(name: &str, type_: &str, json_path: &str, priority: i64) -> PrinterColumn
 
 /// Default printer columns of a few built-ins (after Name, before Age).
 fn builtin_columns(group: &str, plural: &str) -> Vec<PrinterColumn> {
+    // `#...` paths are computed cells (see `http::table::computed`), as kube-apiserver's printers do.
     match (group, plural) {
-        ("", "namespaces") | ("", "pods") => vec![col("Status", "string", ".status.phase", 0)],
-        ("", "nodes") => vec![col(
-            "Status",
-            "string",
-            ".status.conditions[?(@.type==\"Ready\")].status",
-            0,
-        )],
+        ("", "namespaces") => vec![col("Status", "string", ".status.phase", 0)],
+        ("", "pods") => vec![
+            col("Ready", "string", "#pod-ready", 0),
+            col("Status", "string", "#pod-status", 0),
+            col("Restarts", "string", "#pod-restarts", 0),
+            col("IP", "string", ".status.podIP", 1),
+            col("Node", "string", ".spec.nodeName", 1),
+        ],
+        ("", "nodes") => vec![
+            col("Status", "string", "#node-status", 0),
+            col("Roles", "string", "#node-roles", 0),
+            col("Version", "string", ".status.nodeInfo.kubeletVersion", 0),
+            col(
+                "Internal-IP",
+                "string",
+                ".status.addresses[?(@.type==\"InternalIP\")].address",
+                1,
+            ),
+        ],
         ("", "configmaps") => vec![col("Data", "integer", ".data.#count", 0)],
         ("", "secrets") => vec![
             col("Type", "string", ".type", 0),
@@ -348,10 +361,24 @@ fn builtin_columns(group: &str, plural: &str) -> Vec<PrinterColumn> {
         ("", "services") => vec![
             col("Type", "string", ".spec.type", 0),
             col("Cluster-IP", "string", ".spec.clusterIP", 0),
+            col("External-IP", "string", "#svc-external", 0),
+            col("Port(s)", "string", "#svc-ports", 0),
         ],
-        ("apps", "deployments") | ("apps", "replicasets") => vec![
-            col("Desired", "integer", ".spec.replicas", 0),
-            col("Ready", "integer", ".status.readyReplicas", 0),
+        ("", "events") => vec![
+            col("Type", "string", ".type", 0),
+            col("Reason", "string", ".reason", 0),
+            col("Object", "string", "#event-object", 0),
+            col("Message", "string", ".message", 0),
+        ],
+        ("apps", "deployments") => vec![
+            col("Ready", "string", "#deploy-ready", 0),
+            col("Up-to-date", "integer", "#0.status.updatedReplicas", 0),
+            col("Available", "integer", "#0.status.availableReplicas", 0),
+        ],
+        ("apps", "replicasets") => vec![
+            col("Desired", "integer", "#0.spec.replicas", 0),
+            col("Current", "integer", "#0.status.replicas", 0),
+            col("Ready", "integer", "#0.status.readyReplicas", 0),
         ],
         ("coordination.k8s.io", "leases") => {
             vec![col("Holder", "string", ".spec.holderIdentity", 0)]

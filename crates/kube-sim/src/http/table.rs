@@ -94,7 +94,135 @@ fn column_definition(
     json!({"name": name, "type": type_, "format": format, "description": description, "priority": priority})
 }
 
+/// Cells kube-apiserver's built-in printers compute rather than read.
+pub fn computed(obj: &Value, name: &str) -> Option<Value> {
+    if let Some(path) = name.strip_prefix("#0") {
+        return Some(json_path(obj, path).into_iter().next().unwrap_or(json!(0)));
+    }
+    let status = &obj["status"];
+    let int = |v: &Value| v.as_i64().unwrap_or(0);
+    Some(match name {
+        "#pod-ready" => {
+            let total = obj["spec"]["containers"].as_array().map_or(0, Vec::len);
+            let ready = status["containerStatuses"]
+                .as_array()
+                .map_or(0, |c| c.iter().filter(|s| s["ready"] == true).count());
+            json!(format!("{ready}/{total}"))
+        }
+        "#pod-status" => {
+            if !obj["metadata"]["deletionTimestamp"].is_null() {
+                return Some(json!("Terminating"));
+            }
+            let waiting = status["containerStatuses"].as_array().and_then(|cs| {
+                cs.iter()
+                    .find_map(|c| c["state"]["waiting"]["reason"].as_str().map(String::from))
+            });
+            let reason = status["reason"].as_str().map(String::from);
+            json!(
+                reason
+                    .or(waiting)
+                    .unwrap_or_else(|| status["phase"].as_str().unwrap_or("Pending").to_string())
+            )
+        }
+        "#pod-restarts" => {
+            let n: i64 = status["containerStatuses"]
+                .as_array()
+                .map_or(0, |cs| cs.iter().map(|c| int(&c["restartCount"])).sum());
+            json!(n.to_string())
+        }
+        "#deploy-ready" => json!(format!(
+            "{}/{}",
+            int(&status["readyReplicas"]),
+            obj["spec"]["replicas"].as_i64().unwrap_or(1)
+        )),
+        "#node-status" => {
+            let ready = status["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                .map(|c| c["status"].as_str().unwrap_or_default().to_string());
+            let mut s = match ready.as_deref() {
+                Some("True") => "Ready".to_string(),
+                Some("False") => "NotReady".to_string(),
+                _ => "Unknown".to_string(),
+            };
+            if obj["spec"]["unschedulable"] == true {
+                s.push_str(",SchedulingDisabled");
+            }
+            json!(s)
+        }
+        "#node-roles" => {
+            let roles: Vec<&str> = obj["metadata"]["labels"]
+                .as_object()
+                .map(|l| {
+                    l.keys()
+                        .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            json!(if roles.is_empty() {
+                "<none>".to_string()
+            } else {
+                roles.join(",")
+            })
+        }
+        "#svc-external" => {
+            let ips: Vec<String> = status["loadBalancer"]["ingress"]
+                .as_array()
+                .map(|i| {
+                    i.iter()
+                        .filter_map(|x| {
+                            x["ip"]
+                                .as_str()
+                                .or(x["hostname"].as_str())
+                                .map(String::from)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let external = obj["spec"]["externalName"].as_str().map(String::from);
+            json!(external.unwrap_or_else(|| if ips.is_empty() {
+                "<none>".into()
+            } else {
+                ips.join(",")
+            }))
+        }
+        "#svc-ports" => {
+            let ports: Vec<String> = obj["spec"]["ports"]
+                .as_array()
+                .map(|ps| {
+                    ps.iter()
+                        .map(|p| {
+                            let proto = p["protocol"].as_str().unwrap_or("TCP");
+                            match p["nodePort"].as_i64() {
+                                Some(np) => format!("{}:{np}/{proto}", int(&p["port"])),
+                                None => format!("{}/{proto}", int(&p["port"])),
+                            }
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            json!(if ports.is_empty() {
+                "<none>".into()
+            } else {
+                ports.join(",")
+            })
+        }
+        "#event-object" => {
+            let o = &obj["involvedObject"];
+            json!(format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap_or_default().to_lowercase(),
+                o["name"].as_str().unwrap_or_default()
+            ))
+        }
+        _ => return None,
+    })
+}
+
 fn cell(obj: &Value, col: &PrinterColumn, now: i64) -> Value {
+    if col.json_path.starts_with('#') {
+        return computed(obj, &col.json_path).unwrap_or(Value::Null);
+    }
     let values = json_path(obj, &col.json_path);
     let Some(first) = values.first() else {
         // A missing map has no keys.
@@ -208,5 +336,38 @@ mod tests {
         assert_eq!(json_path(&o, ".spec.items[*]"), vec![json!(1), json!(2)]);
         assert_eq!(json_path(&o, ".data.#count"), vec![json!(2)]);
         assert!(json_path(&o, ".spec.missing").is_empty());
+    }
+
+    #[test]
+    fn computed_cells_match_kubectl_get() {
+        let pod = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}]},
+            "status": {"phase": "Running", "containerStatuses": [
+                {"name": "a", "ready": true, "restartCount": 2},
+                {"name": "b", "ready": false, "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}});
+        assert_eq!(computed(&pod, "#pod-ready"), Some(json!("1/2")));
+        assert_eq!(
+            computed(&pod, "#pod-status"),
+            Some(json!("CrashLoopBackOff"))
+        );
+        assert_eq!(computed(&pod, "#pod-restarts"), Some(json!("3")));
+        let deploy = json!({"spec": {"replicas": 3}, "status": {"readyReplicas": 2}});
+        assert_eq!(computed(&deploy, "#deploy-ready"), Some(json!("2/3")));
+        assert_eq!(
+            computed(&deploy, "#0.status.availableReplicas"),
+            Some(json!(0))
+        );
+        let svc = json!({"spec": {"ports": [{"port": 80, "protocol": "TCP"}, {"port": 443, "nodePort": 30443}]}});
+        assert_eq!(
+            computed(&svc, "#svc-ports"),
+            Some(json!("80/TCP,443:30443/TCP"))
+        );
+        assert_eq!(computed(&svc, "#svc-external"), Some(json!("<none>")));
+        let node = json!({"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}},
+            "spec": {"unschedulable": true}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        assert_eq!(
+            computed(&node, "#node-status"),
+            Some(json!("Ready,SchedulingDisabled"))
+        );
+        assert_eq!(computed(&node, "#node-roles"), Some(json!("control-plane")));
     }
 }
