@@ -179,3 +179,60 @@ pub fn wants_aggregated(accept: &str) -> Option<&'static str> {
         Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn legacy_and_aggregated_discovery_agree() {
+        let reg = Registry::default();
+        let core = resource_list(&reg, "", "v1").expect("core");
+        let pods = core["resources"]
+            .as_array()
+            .expect("resources")
+            .iter()
+            .find(|r| r["name"] == "pods")
+            .expect("pods");
+        assert_eq!(pods["shortNames"], json!(["po"]));
+        assert_eq!(pods["namespaced"], true);
+        assert!(
+            core["resources"]
+                .as_array()
+                .expect("resources")
+                .iter()
+                .any(|r| r["name"] == "pods/status")
+        );
+
+        let agg = aggregated(&reg, false);
+        assert_eq!(agg["kind"], "APIGroupDiscoveryList");
+        let apps = agg["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .find(|g| g["metadata"]["name"] == "apps")
+            .expect("apps");
+        let deploy = &apps["versions"][0]["resources"]
+            .as_array()
+            .expect("resources")
+            .iter()
+            .find(|r| r["resource"] == "deployments")
+            .cloned()
+            .expect("deployments");
+        assert_eq!(deploy["scope"], "Namespaced");
+        assert_eq!(deploy["responseKind"]["kind"], "Deployment");
+        assert!(
+            deploy["subresources"]
+                .as_array()
+                .expect("subs")
+                .iter()
+                .any(|s| s["subresource"] == "scale" && s["responseKind"]["kind"] == "Scale")
+        );
+        let core_agg = aggregated(&reg, true);
+        assert_eq!(core_agg["items"].as_array().map(Vec::len), Some(1));
+        assert!(core_agg["items"][0]["metadata"].get("name").is_none());
+
+        assert!(wants_aggregated("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json").is_some());
+        assert!(wants_aggregated("application/json").is_none());
+    }
+}

@@ -210,3 +210,73 @@ pub fn v2_document(protobuf: bool) -> (Vec<u8>, &'static str) {
         "application/json",
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry_with_widgets() -> Registry {
+        let crd = json!({"spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {"size": {"type": "integer", "description": "Size."}}}}}}}]}});
+        let mut reg = Registry::default();
+        reg.rebuild([crd].iter());
+        reg
+    }
+
+    #[test]
+    fn v3_documents_carry_what_kubectl_apply_and_explain_look_for() {
+        let reg = registry_with_widgets();
+        let index = v3_index(&reg);
+        let url = index["paths"]["apis/example.com/v1"]["serverRelativeURL"]
+            .as_str()
+            .expect("listed");
+        assert!(url.starts_with("/openapi/v3/apis/example.com/v1?hash="));
+        assert!(index["paths"]["api/v1"].is_object());
+
+        let doc = v3_document(&reg, "example.com", "v1").expect("served group version");
+        // kubectl's QueryParamVerifierV3: a PATCH for the GVK accepting fieldValidation.
+        let patch =
+            &doc["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"];
+        assert_eq!(
+            patch["x-kubernetes-group-version-kind"],
+            json!({"group": "example.com", "version": "v1", "kind": "Widget"})
+        );
+        assert!(
+            patch["parameters"]
+                .as_array()
+                .expect("params")
+                .iter()
+                .any(|p| p["name"] == "fieldValidation" && p["in"] == "query")
+        );
+        // No strategic merge for custom resources.
+        assert!(
+            patch["requestBody"]["content"]
+                .get("application/strategic-merge-patch+json")
+                .is_none()
+        );
+        // kubectl explain: the schema as a component tagged with its GVK.
+        let schema = &doc["components"]["schemas"]["com.example.v1.Widget"];
+        assert_eq!(
+            schema["properties"]["spec"]["properties"]["size"]["description"],
+            "Size."
+        );
+        assert_eq!(
+            schema["x-kubernetes-group-version-kind"][0]["kind"],
+            "Widget"
+        );
+        assert!(v3_document(&reg, "example.com", "v9").is_none());
+    }
+
+    #[test]
+    fn v2_protobuf_is_a_minimal_gnostic_document() {
+        let (bytes, content_type) = v2_document(true);
+        assert!(content_type.contains("protobuf"));
+        assert_eq!(&bytes[..5], b"\x0a\x032.0");
+        let (json_bytes, _) = v2_document(false);
+        let doc: Value = serde_json::from_slice(&json_bytes).expect("json");
+        assert_eq!(doc["swagger"], "2.0");
+    }
+}
