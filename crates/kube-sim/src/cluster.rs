@@ -665,7 +665,7 @@ impl Cluster {
                 "the namespace of the provided object does not match the namespace sent on the request",
             ));
         }
-        self.check_namespace(info, ns, false)?;
+        // A missing namespace means a missing object here, as on kube-apiserver.
         let old = self
             .store
             .get(&info.storage_key(), &Self::obj_key_for(info, ns, name))
@@ -835,7 +835,9 @@ impl Cluster {
         sub: Sub,
         opts: &WriteOptions,
     ) -> Result<(Value, bool)> {
-        self.check_namespace(info, ns, patch_type == PatchType::Apply)?;
+        if patch_type == PatchType::Apply {
+            self.check_namespace(info, ns, true)?;
+        }
         let key = info.storage_key();
         let old = self
             .store
@@ -996,7 +998,7 @@ impl Cluster {
         name: &str,
         opts: &DeleteOptions,
     ) -> Result<Value> {
-        self.check_namespace(info, ns, false)?;
+        // A missing namespace means a missing object here, as on kube-apiserver.
         let key = info.storage_key();
         let ok = Self::obj_key_for(info, ns, name);
         let old = self
@@ -1270,9 +1272,6 @@ impl Cluster {
         list: &ListOptions,
         opts: &DeleteOptions,
     ) -> Result<Value> {
-        if let Some(ns) = ns {
-            self.check_namespace(info, ns, false)?;
-        }
         let matched = self.list(
             info,
             ns,

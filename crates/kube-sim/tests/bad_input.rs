@@ -328,6 +328,34 @@ async fn unknown_resources_and_missing_namespaces_are_not_found() {
         json!({"name": "ghost", "kind": "namespaces"})
     );
     assert_eq!(count(&sim, "/api/v1/configmaps").await, 0);
+    // Reading, replacing or deleting in a missing namespace is about the object, not the namespace.
+    for method in ["GET", "DELETE"] {
+        let (code, status) = raw_json(
+            &sim,
+            method,
+            "/api/v1/namespaces/ghost/configmaps/c",
+            "application/json",
+            "",
+        )
+        .await;
+        assert_eq!(
+            (code, status["message"].as_str()),
+            (404, Some("configmaps \"c\" not found")),
+            "{method}"
+        );
+    }
+    let (code, status) = raw_json(
+        &sim,
+        "PATCH",
+        "/api/v1/namespaces/ghost/configmaps/c",
+        "application/merge-patch+json",
+        "{}",
+    )
+    .await;
+    assert_eq!(
+        (code, status["message"].as_str()),
+        (404, Some("configmaps \"c\" not found"))
+    );
     // Names must be DNS subdomains; a name or generateName is required.
     let (code, status) = raw_json(
         &sim,
