@@ -12,6 +12,7 @@
 
 pub mod accounting;
 pub mod apply;
+pub mod auth;
 pub mod cluster;
 pub mod convert;
 pub mod defaults;
@@ -21,6 +22,7 @@ mod http;
 pub mod patch;
 pub mod persistence;
 pub mod proto;
+pub mod rbac;
 pub mod registry;
 pub mod request_info;
 pub mod schema;

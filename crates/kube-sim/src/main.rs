@@ -42,6 +42,19 @@ enum Command {
         /// IPv4 CIDR that simulated Pods get their `podIP` from.
         #[arg(long, env = "KUBE_SIM_POD_CIDR", default_value = "127.10.0.0/16")]
         pod_cidr: String,
+        /// Static bearer tokens, one `token,user,uid,"group1,group2"` per line (turns on
+        /// authentication; the written kubeconfig then carries an admin token).
+        #[arg(long, env = "KUBE_SIM_TOKEN_FILE")]
+        token_file: Option<PathBuf>,
+        /// `RBAC` authorizes from stored Roles and bindings (turns on authentication);
+        /// `AlwaysAllow` allows every request.
+        #[arg(long, env = "KUBE_SIM_AUTHORIZATION_MODE", default_value = "AlwaysAllow",
+              value_parser = ["AlwaysAllow", "RBAC"])]
+        authorization_mode: String,
+        /// With authentication on, requests without credentials are `system:anonymous` (by
+        /// default they are the admin, as kubectl sends no token over plain HTTP).
+        #[arg(long, env = "KUBE_SIM_ANONYMOUS_REQUESTS")]
+        anonymous_requests: bool,
     },
 }
 
@@ -77,6 +90,9 @@ async fn main() -> anyhow::Result<()> {
                 faults,
                 simulate_workloads,
                 pod_cidr,
+                token_file,
+                authorization_mode,
+                anonymous_requests,
             },
     } = Cli::parse();
     let signal = termination_signal()?;
@@ -87,6 +103,12 @@ async fn main() -> anyhow::Result<()> {
             .context("reading --faults")?,
         simulate_workloads,
         data_dir,
+        auth: kube_sim::auth::AuthConfig {
+            token_file,
+            rbac: authorization_mode == "RBAC",
+            anonymous_requests,
+            ..Default::default()
+        },
         workloads: kube_sim::workloads::WorkloadOptions {
             pod_cidr,
             ..Default::default()

@@ -24,6 +24,8 @@ pub struct Config {
     pub workloads: crate::workloads::WorkloadOptions,
     /// Persist every acknowledged write here and replay it at start (see `persistence.rs`).
     pub data_dir: Option<std::path::PathBuf>,
+    /// Bearer-token authentication and RBAC (off by default: every request is admin).
+    pub auth: crate::auth::AuthConfig,
 }
 
 impl Default for Config {
@@ -36,6 +38,7 @@ impl Default for Config {
             simulate_workloads: false,
             workloads: crate::workloads::WorkloadOptions::default(),
             data_dir: None,
+            auth: crate::auth::AuthConfig::default(),
         }
     }
 }
@@ -118,8 +121,9 @@ impl KubeSim {
     /// A kubeconfig (YAML) whose current context points at this server, namespace `default`.
     pub fn kubeconfig_yaml(&self) -> String {
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sim\n  cluster:\n    server: {}\ncontexts:\n- name: kube-sim\n  context:\n    cluster: kube-sim\n    user: kube-sim\n    namespace: default\ncurrent-context: kube-sim\nusers:\n- name: kube-sim\n  user: {{}}\npreferences: {{}}\n",
-            self.url()
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sim\n  cluster:\n    server: {}\ncontexts:\n- name: kube-sim\n  context:\n    cluster: kube-sim\n    user: kube-sim\n    namespace: default\ncurrent-context: kube-sim\nusers:\n- name: kube-sim\n  user: {}\npreferences: {{}}\n",
+            self.url(),
+            self.testbed.kubeconfig_user()
         )
     }
 
@@ -142,6 +146,7 @@ impl KubeSim {
             .map_err(|e: http::uri::InvalidUri| Error::Client(e.to_string()))?;
         let mut config = kube::Config::new(uri);
         config.default_namespace = "default".into();
+        self.testbed.authorize_client(&mut config);
         kube::Client::try_from(config).map_err(|e| Error::Client(e.to_string()))
     }
 

@@ -69,6 +69,9 @@ fn owner_uids(obj: &Value) -> Vec<String> {
         .collect()
 }
 
+/// A hook that sees every event before it is published (see `Store::set_sink`).
+pub type EventSink = Box<dyn FnMut(&Event) + Send>;
+
 pub struct Store {
     rv: u64,
     objects: HashMap<StorageKey, BTreeMap<ObjKey, Arc<Value>>>,
@@ -82,7 +85,7 @@ pub struct Store {
     /// uid -> location, to resolve owners.
     uids: HashMap<String, (StorageKey, ObjKey)>,
     /// Sees every event before it is published (persistence makes it durable there).
-    sink: Option<Box<dyn FnMut(&Event) + Send>>,
+    sink: Option<EventSink>,
 }
 
 impl Store {
@@ -102,7 +105,7 @@ impl Store {
     }
 
     /// Installs the hook that sees every later event before it is published.
-    pub fn set_sink(&mut self, sink: Box<dyn FnMut(&Event) + Send>) {
+    pub fn set_sink(&mut self, sink: EventSink) {
         self.sink = Some(sink);
     }
 

@@ -10,9 +10,11 @@
 //! - `GET|DELETE /_sim/requests`: the request counters, or reset them.
 
 use crate::accounting::{RequestCounters, RequestKey, RequestStats};
+use crate::auth::Authenticator;
 use crate::error::ApiError;
 use crate::faults::{FaultConfig, FaultInjector};
 use crate::http::Shared;
+use crate::rbac::{self, UserInfo};
 use crate::request_info::RequestInfo;
 use crate::workloads::{Nodes, WorkloadError};
 use axum::body::{Body, Bytes};
@@ -33,12 +35,15 @@ pub struct Testbed {
     cut: tokio::sync::watch::Sender<u64>,
     pub(crate) nodes: Arc<Nodes>,
     pub(crate) shared: Arc<Shared>,
+    pub(crate) auth: Authenticator,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum TestbedError {
     #[error(transparent)]
     Workloads(#[from] WorkloadError),
+    #[error(transparent)]
+    Auth(#[from] crate::auth::AuthError),
     #[error(transparent)]
     Persistence(#[from] crate::persistence::PersistenceError),
 }
@@ -57,6 +62,7 @@ impl Testbed {
             cut: tokio::sync::watch::Sender::new(0),
             nodes: Arc::new(Nodes::default()),
             shared: shared.clone(),
+            auth: Authenticator::new(&config.auth)?,
         });
         crate::workloads::spawn(
             shared,
@@ -73,6 +79,21 @@ impl Testbed {
             self.clone(),
             middleware,
         ))
+    }
+
+    /// The `user:` entry of the generated kubeconfig (the admin token when authentication is on).
+    pub(crate) fn kubeconfig_user(&self) -> String {
+        match self.auth.admin_token() {
+            Some(t) => format!("{{token: {t}}}"),
+            None => "{}".into(),
+        }
+    }
+
+    /// Gives a client configuration the admin token when authentication is on.
+    pub(crate) fn authorize_client(&self, config: &mut kube::Config) {
+        if let Some(t) = self.auth.admin_token() {
+            config.auth_info = auth_info(t);
+        }
     }
 
     pub fn cut_watches(&self) {
@@ -277,14 +298,138 @@ async fn middleware(State(tb): State<Arc<Testbed>>, req: Request, next: Next) ->
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    let user = String::new();
-    let resumes = info.verb == "watch" && RequestInfo::resumes_watch(query.as_deref());
-    let decision = tb.faults.decide(&info, resumes);
+    let user = match authenticate(&tb, &req) {
+        Ok(u) => u,
+        Err(e) => {
+            let resp = status_response(&e);
+            tb.counters
+                .record(RequestKey::new(&info, &user_agent, "", e.code));
+            return resp;
+        }
+    };
+    let user_name = if tb.auth.enabled() {
+        user.name.clone()
+    } else {
+        String::new()
+    };
+    let resp = respond(&tb, &info, query.as_deref(), &user, req, next).await;
+    tb.counters.record(RequestKey::new(
+        &info,
+        &user_agent,
+        &user_name,
+        resp.status().as_u16(),
+    ));
+    resp
+}
+
+/// The identity of a request: the admin when authentication is off; impersonation applied.
+fn authenticate(tb: &Testbed, req: &Request) -> Result<UserInfo, ApiError> {
+    if !tb.auth.enabled() {
+        return Ok(crate::auth::admin());
+    }
+    let headers = req.headers();
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let store = &tb.shared.lock().store;
+    let user = tb.auth.authenticate(authorization, store)?;
+    let Some(target) = headers
+        .get("impersonate-user")
+        .and_then(|v| v.to_str().ok())
+    else {
+        return Ok(user);
+    };
+    let groups: Vec<&str> = headers
+        .get_all("impersonate-group")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    // Impersonating needs the `impersonate` verb on the target, as on kube-apiserver.
+    let check = match target
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|r| r.split_once(':'))
+    {
+        Some((ns, name)) => RequestInfo {
+            is_resource_request: true,
+            verb: "impersonate".into(),
+            namespace: ns.into(),
+            resource: "serviceaccounts".into(),
+            name: name.into(),
+            ..Default::default()
+        },
+        None => RequestInfo {
+            is_resource_request: true,
+            verb: "impersonate".into(),
+            resource: "users".into(),
+            name: target.into(),
+            ..Default::default()
+        },
+    };
+    if tb.auth.rbac && !rbac::allowed(store, &user, &check) {
+        return Err(rbac::forbidden(&user, &check));
+    }
+    Ok(crate::auth::impersonated(target, &groups))
+}
+
+fn is_access_review(info: &RequestInfo) -> bool {
+    info.is_resource_request
+        && info.api_group == "authorization.k8s.io"
+        && info.resource == "selfsubjectaccessreviews"
+        && info.name.is_empty()
+}
+
+/// `SelfSubjectAccessReview`: may the caller do what the spec describes?
+async fn access_review(tb: &Testbed, user: &UserInfo, req: Request) -> Response {
+    let body = match axum::body::to_bytes(req.into_body(), MAX_ADMIN_BODY).await {
+        Ok(b) => b,
+        Err(e) => return status_response(&ApiError::bad_request(e.to_string())),
+    };
+    let protobuf = body.starts_with(b"k8s\0");
+    let parsed = if protobuf {
+        rbac::decode_review_protobuf(&body).ok_or_else(|| "invalid protobuf".to_string())
+    } else {
+        serde_json::from_slice::<Value>(&body).map_err(|e| e.to_string())
+    };
+    let mut review: Value = match parsed {
+        Ok(v) => v,
+        Err(e) => {
+            return status_response(&ApiError::bad_request(format!(
+                "couldn't get version/kind; json parse error: {e}"
+            )));
+        }
+    };
+    let asked = rbac::review_request(&review["spec"]);
+    let allowed = !tb.auth.rbac || rbac::allowed(&tb.shared.lock().store, user, &asked);
+    let mut status = json!({"allowed": allowed});
+    if allowed && tb.auth.rbac {
+        status["reason"] = json!("allowed by RBAC");
+    }
+    review["metadata"] = json!({"creationTimestamp": null});
+    review["status"] = status;
+    json_response(201, &review)
+}
+
+async fn respond(
+    tb: &Testbed,
+    info: &RequestInfo,
+    query: Option<&str>,
+    user: &UserInfo,
+    req: Request,
+    next: Next,
+) -> Response {
+    if tb.auth.rbac && !rbac::allowed(&tb.shared.lock().store, user, info) {
+        return status_response(&rbac::forbidden(user, info));
+    }
+    if is_access_review(info) && req.method() == Method::POST {
+        return access_review(tb, user, req).await;
+    }
+    let resumes = info.verb == "watch" && RequestInfo::resumes_watch(query);
+    let decision = tb.faults.decide(info, resumes);
     if !decision.latency.is_zero() {
         tokio::time::sleep(decision.latency).await;
     }
-    let resp = if let Some(err) = decision.error {
-        let mut r = status_response(&err.to_api_error(&info));
+    if let Some(err) = decision.error {
+        let mut r = status_response(&err.to_api_error(info));
         if let Some(s) = err.retry_after_seconds
             && let Ok(v) = http::HeaderValue::from_str(&s.to_string())
         {
@@ -292,7 +437,7 @@ async fn middleware(State(tb): State<Arc<Testbed>>, req: Request, next: Next) ->
         }
         r
     } else if decision.watch_gone {
-        watch_gone(query.as_deref())
+        watch_gone(query)
     } else {
         let r = next.run(req).await;
         if info.verb == "watch" && r.status() == StatusCode::OK {
@@ -301,18 +446,41 @@ async fn middleware(State(tb): State<Arc<Testbed>>, req: Request, next: Next) ->
         } else {
             r
         }
-    };
-    tb.counters.record(RequestKey::new(
-        &info,
-        &user_agent,
-        &user,
-        resp.status().as_u16(),
-    ));
-    resp
+    }
+}
+
+fn auth_info(token: &str) -> kube::config::AuthInfo {
+    // AuthInfo holds a SecretString; deserializing avoids a direct dependency on secrecy.
+    serde_json::from_value(json!({ "token": token })).unwrap_or_default()
 }
 
 /// Testbed controls on a running server.
 impl crate::KubeSim {
+    /// A token authenticating as the ServiceAccount `namespace/name` (while it exists).
+    pub fn service_account_token(&self, namespace: &str, name: &str) -> String {
+        self.testbed.auth.service_account_token(namespace, name)
+    }
+
+    /// A kube-rs client that authenticates with `token`.
+    pub fn client_with_token(&self, token: &str) -> Result<kube::Client, crate::Error> {
+        let uri = self
+            .url()
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| crate::Error::Client(e.to_string()))?;
+        let mut config = kube::Config::new(uri);
+        config.default_namespace = "default".into();
+        config.auth_info = auth_info(token);
+        kube::Client::try_from(config).map_err(|e| crate::Error::Client(e.to_string()))
+    }
+
+    /// A kubeconfig (YAML) like [`crate::KubeSim::kubeconfig_yaml`] whose user has `token`.
+    pub fn kubeconfig_yaml_with_token(&self, token: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sim\n  cluster:\n    server: {}\ncontexts:\n- name: kube-sim\n  context:\n    cluster: kube-sim\n    user: token-user\n    namespace: default\ncurrent-context: kube-sim\nusers:\n- name: token-user\n  user: {{token: {token}}}\npreferences: {{}}\n",
+            self.url()
+        )
+    }
+
     /// A snapshot of the request counters.
     pub fn requests(&self) -> RequestStats {
         self.testbed.counters.snapshot()
