@@ -7,7 +7,7 @@
 //! - writes per node on create and on change (target 1), and in steady state (target 0);
 //! - the controller's peak RSS (target under 64 MiB).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -41,39 +41,41 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<()> {
     let c = args.concurrency;
     eprintln!("nodeslo bench: {n} nodes, concurrency {c}");
 
-    // Floor: a bare client creating, then patching, N NodeSLOs on its own kube-sim.
+    // Floor: a bare client making the same writes (the specs the controller computes) with the
+    // same concurrency, observed by the same completion watch, on its own kube-sim.
     let floor = Cluster::start(&scratch, "floor").await?;
     let slos: Api<NodeSlo> = Api::all(floor.client.clone());
+    let default_spec = spec_with_threshold(None)?;
+    let changed_spec = spec_with_threshold(Some(42))?;
+    let created = wait_for_percent(&floor, n, 65);
     let started = Instant::now();
     for_each_concurrent(n, c, |i| {
         let slos = slos.clone();
-        async move {
-            slos.create(
-                &PostParams::default(),
-                &NodeSlo::new(&node_name(i), NodeSloSpec::default()),
-            )
-            .await
-            .map(drop)
-        }
+        let slo = NodeSlo::new(&node_name(i), default_spec.clone());
+        async move { slos.create(&PostParams::default(), &slo).await.map(drop) }
     })
     .await?;
+    created.flatten().await?;
     let floor_create = started.elapsed();
+    let updated = wait_for_percent(&floor, n, 42);
+    let replace: json_patch::Patch =
+        serde_json::from_value(json!([{"op": "add", "path": "/spec", "value": changed_spec}]))?;
     let started = Instant::now();
     for_each_concurrent(n, c, |i| {
         let slos = slos.clone();
-        let patch =
-            json!({"spec": {"resourceUsedThresholdWithBE": {"cpuSuppressThresholdPercent": 42}}});
+        let replace = replace.clone();
         async move {
             slos.patch(
                 &node_name(i),
                 &PatchParams::default(),
-                &Patch::Merge(&patch),
+                &Patch::Json::<()>(replace),
             )
             .await
             .map(drop)
         }
     })
     .await?;
+    updated.flatten().await?;
     let floor_update = started.elapsed();
     drop(floor);
 
@@ -177,6 +179,29 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<()> {
     );
     println!("{report}");
     Ok(())
+}
+
+/// The spec the controller writes for an unlabelled node, optionally with the cluster's
+/// `cpuSuppressThresholdPercent` changed.
+fn spec_with_threshold(percent: Option<i64>) -> Result<NodeSloSpec> {
+    let data: BTreeMap<String, String> = percent
+        .map(|p| {
+            (
+                "resource-threshold-config".to_string(),
+                format!(r#"{{"clusterStrategy":{{"cpuSuppressThresholdPercent":{p}}}}}"#),
+            )
+        })
+        .into_iter()
+        .collect();
+    let config = nodeslo_core::MergedConfig::from_config_map(
+        Some(&data),
+        &nodeslo_core::MergedConfig::default(),
+    )
+    .config;
+    match nodeslo_core::decide(Some(&nodeslo_core::NodeFacts::default()), None, &config)?.decision {
+        nodeslo_core::Decision::Create(spec) => Ok(spec),
+        other => bail!("unexpected decision {other:?}"),
+    }
 }
 
 fn node_name(i: usize) -> String {
