@@ -596,3 +596,35 @@ async fn kubectl_create_generators_send_protobuf_bodies() {
     assert!(!out.ok && out.stderr.contains("NotFound"), "{}", out.stderr);
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_describe_shows_events_recorded_through_events_k8s_io() {
+    require_kubectl!();
+    let sim = common::start().await;
+    let k = Kubectl::new(&sim);
+    k.ok(&["apply", "-f", &k.file("crd.yaml", CRD)]).await;
+    k.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/widgets.example.com",
+        "--timeout=10s",
+    ])
+    .await;
+    k.ok(&["apply", "-f", &k.file("w.yaml", WIDGET)]).await;
+    let uid = k
+        .ok(&["get", "widget", "w1", "-o", "jsonpath={.metadata.uid}"])
+        .await;
+    let event = format!(
+        "apiVersion: events.k8s.io/v1\nkind: Event\nmetadata:\n  name: w1.1\neventTime: \"2026-01-01T00:00:00.000000Z\"\nreportingController: capstan-test\nreportingInstance: capstan-test-1\naction: Reconcile\nreason: Tested\nnote: hello from events.k8s.io\ntype: Normal\nregarding:\n  apiVersion: example.com/v1\n  kind: Widget\n  name: w1\n  namespace: default\n  uid: {uid}\n"
+    );
+    k.ok(&["apply", "-f", &k.file("event.yaml", &event)]).await;
+    let described = k.ok(&["describe", "widget", "w1"]).await;
+    let events = described.split("Events:").nth(1).unwrap_or_default();
+    assert!(
+        events.contains("Tested") && events.contains("hello from events.k8s.io"),
+        "{described}"
+    );
+    let listed = k.ok(&["get", "events"]).await;
+    assert!(listed.contains("widget/w1"), "{listed}");
+    sim.shutdown().await;
+}
