@@ -288,6 +288,15 @@ impl FaultInjector {
     /// Decides the fate of one request; `resumes_watch` when it is a watch with a resourceVersion.
     pub fn decide(&self, info: &RequestInfo, resumes_watch: bool) -> FaultDecision {
         let mut s = self.lock();
+        let idle = s.config.errors.is_empty()
+            && s.config.latency_ms == 0
+            && s.config.latency_jitter_ms == 0
+            && s.config.watch_resume_gone_rate <= 0.0
+            && s.forced_gone == 0;
+        if idle {
+            // Nothing to inject: skip the bookkeeping on the hot path.
+            return FaultDecision::default();
+        }
         let resource = info.resource_with_subresource();
         let seq_key = (info.verb.clone(), resource.clone());
         let n = {
