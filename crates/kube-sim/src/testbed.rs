@@ -7,7 +7,9 @@
 //! - `POST /_sim/partition` `{"seconds": 2.5}` / `DELETE /_sim/partition`;
 //! - `POST /_sim/watches/cut` ends every open watch; `POST /_sim/watches/gone` `{"count": 1}`
 //!   answers the next resumptions with `410 Gone`;
-//! - `GET|DELETE /_sim/requests`: the request counters, or reset them.
+//! - `GET|DELETE /_sim/requests`: the request counters, or reset them;
+//! - `POST /_sim/nodes` `{"name": "n1", "labels": {...}}` adds a Ready, heartbeating node;
+//!   `PUT /_sim/nodes/<name>` `{"ready": false}` stops (or restarts) its kubelet.
 
 use crate::accounting::{RequestCounters, RequestKey, RequestStats};
 use crate::auth::Authenticator;
@@ -242,6 +244,35 @@ async fn admin(tb: &Testbed, method: &Method, path: &str, body: Bytes) -> Respon
                 tb.faults
                     .force_watch_gone(u32::try_from(n).unwrap_or(u32::MAX));
                 json_response(200, &json!({"count": n}))
+            }
+            Err(e) => status_response(&e),
+        },
+        (&Method::POST, "/_sim/nodes") => match parse(&body) {
+            Ok(v) => {
+                let Some(name) = v["name"].as_str().filter(|n| !n.is_empty()) else {
+                    return status_response(&ApiError::bad_request("a node needs a \"name\""));
+                };
+                let labels: std::collections::BTreeMap<String, String> = v["labels"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect();
+                match tb.nodes.add(&mut tb.shared.lock(), name, &labels) {
+                    Ok(()) => json_response(201, &json!({"name": name})),
+                    Err(e) => status_response(&ApiError::internal(e.to_string())),
+                }
+            }
+            Err(e) => status_response(&e),
+        },
+        (&Method::PUT, p) if p.starts_with("/_sim/nodes/") => match parse(&body) {
+            Ok(v) => {
+                let name = p.trim_start_matches("/_sim/nodes/");
+                let ready = v["ready"].as_bool().unwrap_or(true);
+                match tb.nodes.set_ready(&mut tb.shared.lock(), name, ready) {
+                    Ok(()) => json_response(200, &json!({"name": name, "ready": ready})),
+                    Err(e) => status_response(&ApiError::internal(e.to_string())),
+                }
             }
             Err(e) => status_response(&e),
         },

@@ -490,8 +490,25 @@ mod workloads {
             .expect("delete");
         running_pods(&pods, 0).await;
 
-        // A node that stops heartbeating goes NotReady.
-        sim.set_node_ready("node-a", false).expect("switch");
+        // A node that stops heartbeating goes NotReady (here through the admin endpoint).
+        let (code, body) = common::raw(
+            &sim,
+            "PUT",
+            "/_sim/nodes/node-a",
+            "application/json",
+            r#"{"ready": false}"#,
+        )
+        .await;
+        assert_eq!(code, 200, "{body}");
+        let (code, body) = common::raw(
+            &sim,
+            "POST",
+            "/_sim/nodes",
+            "application/json",
+            r#"{"name": "node-b", "labels": {"zone": "z2"}}"#,
+        )
+        .await;
+        assert_eq!(code, 201, "{body}");
         let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
         let node = nodes.get("node-a").await.expect("node");
         let ready = node
@@ -501,6 +518,12 @@ mod workloads {
             .expect("Ready condition");
         assert_eq!(ready.status, "Unknown");
         assert_eq!(node.metadata.labels.expect("labels")["zone"], "z1");
+        let b = nodes.get("node-b").await.expect("node-b");
+        assert!(
+            b.status
+                .and_then(|s| s.conditions)
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        );
         sim.shutdown().await;
     }
 }
