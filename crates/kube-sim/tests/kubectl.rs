@@ -476,29 +476,32 @@ async fn kubectl_get_watch_receives_events() {
             "--request-timeout=20s",
         ])
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .expect("kubectl get -w starts");
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(watch.stdout.take().expect("stdout")).lines();
+    let mut events = vec![];
+    let mut next_event = async || {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("kubectl prints the event in time")
+            .expect("read")
+            .expect("a line");
+        line.split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    events.push(next_event().await);
+    // The initial list has been printed: changes from now on arrive through the watch.
+    events.push(next_event().await);
     k.ok(&["label", "cm", "watched", "x=y"]).await;
+    events.push(next_event().await);
     k.ok(&["delete", "cm", "watched"]).await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    events.push(next_event().await);
     let _ = watch.start_kill();
-    let out = watch
-        .wait_with_output()
-        .await
-        .expect("kubectl get -w output");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let events: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .collect();
-    assert_eq!(
-        events,
-        ["EVENT", "ADDED", "MODIFIED", "DELETED"],
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(events, ["EVENT", "ADDED", "MODIFIED", "DELETED"]);
     sim.shutdown().await;
 }
 
