@@ -1028,10 +1028,17 @@ async fn reflector_recovers_from_a_forced_relist() {
         while stream.next().await.is_some() {}
     });
     reader.wait_until_ready().await.expect("ready");
-    // Let the watch that follows the initial list reach the server.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // History gone and watches closed: the watcher's resume gets 410 Gone and must re-list.
-    sim.expire_watches();
+    // History gone and watches closed with 410 Gone: the watcher must re-list. Repeated until
+    // it has, since the watch that follows the initial list may not have reached the server yet.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while inits.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        sim.expire_watches();
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no re-list after expiring watches"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     for i in 0..3 {
         cms.delete(&format!("r{i}"), &DeleteParams::default())
             .await
