@@ -13,6 +13,7 @@
 pub mod accounting;
 pub mod apply;
 pub mod auth;
+pub mod bench;
 pub mod cluster;
 pub mod convert;
 pub mod defaults;
