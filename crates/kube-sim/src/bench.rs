@@ -191,4 +191,13 @@ mod tests {
         let text = report.to_string();
         assert!(text.contains("list 50 objects"), "{text}");
     }
+
+    /// The full-size run, by hand: `cargo test -p kube-sim --release --lib bench -- --ignored --nocapture`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "takes tens of seconds; a benchmark, not a test"]
+    async fn full_size() {
+        let report = run(BenchOptions::default()).await.expect("bench runs");
+        println!("{report}");
+        assert_eq!(report.listed, 10_000);
+    }
 }
