@@ -31,6 +31,7 @@ pub mod selectors;
 mod server;
 pub mod store;
 pub mod testbed;
+pub mod tls;
 pub mod util;
 pub mod workloads;
 

@@ -55,6 +55,9 @@ enum Command {
         /// default they are the admin, as kubectl sends no token over plain HTTP).
         #[arg(long, env = "KUBE_SIM_ANONYMOUS_REQUESTS")]
         anonymous_requests: bool,
+        /// Serve HTTPS with a CA generated at start; the written kubeconfig carries the CA.
+        #[arg(long, env = "KUBE_SIM_TLS")]
+        tls: bool,
     },
 }
 
@@ -93,6 +96,7 @@ async fn main() -> anyhow::Result<()> {
                 token_file,
                 authorization_mode,
                 anonymous_requests,
+                tls,
             },
     } = Cli::parse();
     let signal = termination_signal()?;
@@ -103,6 +107,7 @@ async fn main() -> anyhow::Result<()> {
             .context("reading --faults")?,
         simulate_workloads,
         data_dir,
+        tls,
         auth: kube_sim::auth::AuthConfig {
             token_file,
             rbac: authorization_mode == "RBAC",

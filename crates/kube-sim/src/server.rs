@@ -26,6 +26,8 @@ pub struct Config {
     pub data_dir: Option<std::path::PathBuf>,
     /// Bearer-token authentication and RBAC (off by default: every request is admin).
     pub auth: crate::auth::AuthConfig,
+    /// Serve HTTPS with a CA generated at start (the kubeconfig and `client()` carry it).
+    pub tls: bool,
 }
 
 impl Default for Config {
@@ -39,6 +41,7 @@ impl Default for Config {
             workloads: crate::workloads::WorkloadOptions::default(),
             data_dir: None,
             auth: crate::auth::AuthConfig::default(),
+            tls: false,
         }
     }
 }
@@ -54,6 +57,8 @@ pub enum Error {
     Client(String),
     #[error(transparent)]
     Testbed(#[from] crate::testbed::TestbedError),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     #[error("cannot write the kubeconfig: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -65,6 +70,22 @@ pub struct KubeSim {
     task: JoinHandle<()>,
     /// Accounting, faults and admin endpoints (see `testbed.rs`).
     pub(crate) testbed: Arc<crate::testbed::Testbed>,
+    /// The generated CA when serving HTTPS.
+    tls: Option<Arc<crate::tls::TlsMaterial>>,
+}
+
+/// Serves the router on any listener (plain TCP or TLS) until shutdown.
+async fn serve<L>(listener: L, app: axum::Router, shutdown: CancellationToken)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await;
+    if let Err(e) = served {
+        tracing::error!(error = %e, "kube-sim server stopped");
+    }
 }
 
 impl KubeSim {
@@ -93,19 +114,21 @@ impl KubeSim {
             .with_state(shared.clone());
         let testbed = crate::testbed::Testbed::start(&config, shared.clone())?;
         let app = testbed.wrap(app);
-        let task = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await;
-            if let Err(e) = served {
-                tracing::error!(error = %e, "kube-sim server stopped");
-            }
-        });
+        let tls = if config.tls {
+            Some(Arc::new(crate::tls::TlsMaterial::generate(addr.ip())?))
+        } else {
+            None
+        };
+        let task = match &tls {
+            Some(tls) => tokio::spawn(serve(tls.listener(listener), app, shutdown)),
+            None => tokio::spawn(serve(listener, app, shutdown)),
+        };
         Ok(Self {
             addr,
             shared,
             task,
             testbed,
+            tls,
         })
     }
 
@@ -115,16 +138,38 @@ impl KubeSim {
 
     /// `http://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The CA certificate (PEM) when serving HTTPS.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.tls.as_ref().map(|t| t.ca_pem.as_str())
     }
 
     /// A kubeconfig (YAML) whose current context points at this server, namespace `default`.
     pub fn kubeconfig_yaml(&self) -> String {
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sim\n  cluster:\n    server: {}\ncontexts:\n- name: kube-sim\n  context:\n    cluster: kube-sim\n    user: kube-sim\n    namespace: default\ncurrent-context: kube-sim\nusers:\n- name: kube-sim\n  user: {}\npreferences: {{}}\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sim\n  cluster:\n    server: {}\n{}contexts:\n- name: kube-sim\n  context:\n    cluster: kube-sim\n    user: kube-sim\n    namespace: default\ncurrent-context: kube-sim\nusers:\n- name: kube-sim\n  user: {}\npreferences: {{}}\n",
             self.url(),
-            self.testbed.kubeconfig_user()
+            self.ca_pem()
+                .map(|pem| format!(
+                    "    certificate-authority-data: {}\n",
+                    crate::util::base64(pem.as_bytes())
+                ))
+                .unwrap_or_default(),
+            self.kubeconfig_user()
         )
+    }
+
+    /// Over HTTPS, client-go prompts for a password when a user has no credentials; a
+    /// placeholder token (ignored while authentication is off) keeps kubectl non-interactive.
+    fn kubeconfig_user(&self) -> String {
+        let user = self.testbed.kubeconfig_user();
+        if self.tls.is_some() && user == "{}" {
+            return "{token: kube-sim}".into();
+        }
+        user
     }
 
     pub fn kubeconfig(&self) -> kube::config::Kubeconfig {
@@ -146,6 +191,9 @@ impl KubeSim {
             .map_err(|e: http::uri::InvalidUri| Error::Client(e.to_string()))?;
         let mut config = kube::Config::new(uri);
         config.default_namespace = "default".into();
+        if let Some(tls) = &self.tls {
+            config.root_cert = Some(vec![tls.ca_der.clone()]);
+        }
         self.testbed.authorize_client(&mut config);
         kube::Client::try_from(config).map_err(|e| Error::Client(e.to_string()))
     }

@@ -209,6 +209,24 @@ impl Random {
     }
 }
 
+/// Standard base64 with padding (kubeconfig `*-data` fields).
+pub fn base64(bytes: &[u8]) -> String {
+    const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = |i: usize| u32::from(chunk.get(i).copied().unwrap_or(0));
+        let n = (b(0) << 16) | (b(1) << 8) | b(2);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 /// Hex encoding for opaque continue tokens.
 pub fn hex_encode(s: &str) -> String {
     s.bytes().map(|b| format!("{b:02x}")).collect()
@@ -259,5 +277,7 @@ mod tests {
         assert_eq!(&a[14..15], "4");
         assert_eq!(r.name_suffix().len(), 5);
         assert_eq!(hex_decode(&hex_encode("a|b")).as_deref(), Some("a|b"));
+        assert_eq!(base64(b"hello"), "aGVsbG8=");
+        assert_eq!(base64(b"hi!"), "aGkh");
     }
 }

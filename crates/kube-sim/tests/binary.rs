@@ -101,3 +101,65 @@ async fn instances_side_by_side_do_not_share_state() {
     assert_eq!(code, 200);
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_serves_https_with_a_generated_ca() {
+    let sim = common::start_with(kube_sim::Config {
+        tls: true,
+        ..Default::default()
+    })
+    .await;
+    assert!(sim.url().starts_with("https://127.0.0.1:"));
+    assert!(
+        sim.ca_pem()
+            .is_some_and(|p| p.starts_with("-----BEGIN CERTIFICATE-----"))
+    );
+    assert!(
+        sim.kubeconfig_yaml()
+            .contains("certificate-authority-data: ")
+    );
+    // kube-rs verifies the server against the CA it is given.
+    let client = sim.client().expect("client");
+    let version = client.apiserver_version().await.expect("version over TLS");
+    assert_eq!(version.minor, "33");
+    let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::default_namespaced(client);
+    let cm: k8s_openapi::api::core::v1::ConfigMap =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "secure"}})).expect("valid");
+    cms.create(&kube::api::PostParams::default(), &cm)
+        .await
+        .expect("create over TLS");
+    // So does kubectl, from the written kubeconfig.
+    if std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+        let out = tokio::process::Command::new("kubectl")
+            .env("KUBECONFIG", &kubeconfig)
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache"))
+            .args(["get", "configmap", "secure", "-o", "name"])
+            .output()
+            .await
+            .expect("kubectl runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "configmap/secure"
+        );
+    } else {
+        eprintln!("SKIPPED (kubectl part): kubectl is not installed");
+    }
+    // Plain HTTP is not answered on the TLS port.
+    let (code, _) = common::raw(&sim, "GET", "/version", "", "").await;
+    assert_ne!(code, 200);
+    sim.shutdown().await;
+}
