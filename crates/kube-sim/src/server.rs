@@ -71,7 +71,7 @@ pub struct KubeSim {
     /// Accounting, faults and admin endpoints (see `testbed.rs`).
     pub(crate) testbed: Arc<crate::testbed::Testbed>,
     /// The generated CA when serving HTTPS.
-    tls: Option<Arc<crate::tls::TlsMaterial>>,
+    pub(crate) tls: Option<Arc<crate::tls::TlsMaterial>>,
 }
 
 /// Serves the router on any listener (plain TCP or TLS) until shutdown.

@@ -500,16 +500,19 @@ impl crate::KubeSim {
             .map_err(|e: http::uri::InvalidUri| crate::Error::Client(e.to_string()))?;
         let mut config = kube::Config::new(uri);
         config.default_namespace = "default".into();
+        if let Some(tls) = &self.tls {
+            config.root_cert = Some(vec![tls.ca_der.clone()]);
+        }
         config.auth_info = auth_info(token);
         kube::Client::try_from(config).map_err(|e| crate::Error::Client(e.to_string()))
     }
 
-    /// A kubeconfig (YAML) like [`crate::KubeSim::kubeconfig_yaml`] whose user has `token`.
+    /// A kubeconfig (YAML) like [`crate::KubeSim::kubeconfig_yaml`] whose user has `token`
+    /// (kubectl sends it only over HTTPS: see `Config::tls`).
     pub fn kubeconfig_yaml_with_token(&self, token: &str) -> String {
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sim\n  cluster:\n    server: {}\ncontexts:\n- name: kube-sim\n  context:\n    cluster: kube-sim\n    user: token-user\n    namespace: default\ncurrent-context: kube-sim\nusers:\n- name: token-user\n  user: {{token: {token}}}\npreferences: {{}}\n",
-            self.url()
-        )
+        let admin_user = format!("  user: {}\n", self.testbed.kubeconfig_user());
+        self.kubeconfig_yaml()
+            .replacen(&admin_user, &format!("  user: {{token: {token}}}\n"), 1)
     }
 
     /// A snapshot of the request counters.
