@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use capstan_apis::machine::{Machine, MachineClass};
 use capstan_runtime::leader::LeaderHandle;
@@ -80,8 +79,9 @@ impl Ctx {
 
     /// `Some(requeue)` while this replica must not write: caches not yet synced, or not the leader.
     pub fn hold_writes(&self) -> Option<Action> {
+        // Parked until the caches sync (or the lease is gained): both reconcile everything again.
         if !self.caches_ready.load(Ordering::Acquire) {
-            return Some(Action::requeue(Duration::from_millis(500)));
+            return Some(Action::await_change());
         }
         // A standby replica parks every object; gaining the lease reconciles them all again.
         (!self.leader.is_leader()).then(Action::await_change)

@@ -303,8 +303,8 @@ fn secrets_of(class: &MachineClass) -> BTreeSet<String> {
         .collect()
 }
 
-/// Yields once each time this replica becomes the leader.
-fn leadership_gained(rx: tokio::sync::watch::Receiver<bool>) -> impl Stream<Item = ()> + Send {
+/// Yields once each time the watched flag (leadership, caches synced) turns true.
+fn turned_true(rx: tokio::sync::watch::Receiver<bool>) -> impl Stream<Item = ()> + Send {
     futures::stream::unfold(rx, |mut rx| async move {
         loop {
             rx.changed().await.ok()?;
@@ -340,6 +340,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
     let machine_index = Arc::new(Mutex::new(RefIndex::new()));
     let secret_index = Arc::new(Mutex::new(RefIndex::new()));
     let caches_ready = Arc::new(AtomicBool::new(false));
+    let (synced_tx, synced_rx) = tokio::sync::watch::channel(false);
 
     let reporter = Reporter {
         controller: SERVICE_NAME.into(),
@@ -412,21 +413,30 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
                 .map(|m| ObjectRef::new(m).within(&machine_ns))
         })
         .reconcile_on(UnboundedReceiverStream::new(machine_rx))
-        .reconcile_all_on(leadership_gained(w.leader.subscribe()))
+        .reconcile_all_on(futures::stream::select(
+            turned_true(w.leader.subscribe()),
+            turned_true(synced_rx.clone()),
+        ))
         .graceful_shutdown_on(stop(&w.shutdown))
         .run(machine::reconcile, machine::error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
     let classes = Controller::for_stream(class_stream, class_store.clone())
         .with_config(class_config.clone())
         .reconcile_on(UnboundedReceiverStream::new(class_rx))
-        .reconcile_all_on(leadership_gained(w.leader.subscribe()))
+        .reconcile_all_on(futures::stream::select(
+            turned_true(w.leader.subscribe()),
+            turned_true(synced_rx.clone()),
+        ))
         .graceful_shutdown_on(stop(&w.shutdown))
         .run(class::reconcile, class::error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
     let secrets = Controller::for_stream(secret_stream, secret_store.clone())
         .with_config(class_config)
         .reconcile_on(UnboundedReceiverStream::new(secret_rx))
-        .reconcile_all_on(leadership_gained(w.leader.subscribe()))
+        .reconcile_all_on(futures::stream::select(
+            turned_true(w.leader.subscribe()),
+            turned_true(synced_rx.clone()),
+        ))
         .graceful_shutdown_on(stop(&w.shutdown))
         .run(secret::reconcile, secret::error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
@@ -443,6 +453,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         .await;
         if synced.is_ok() {
             caches_ready.store(true, Ordering::Release);
+            let _ = synced_tx.send(true);
             tracing::info!("caches synced");
             on_ready();
         }

@@ -6,18 +6,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use capstan_apis::machine::{
-    FINALIZER_MCM, FINALIZER_NODE, LABEL_MACHINE_DEPLOYMENT, LABEL_NODE, Machine, MachineClass,
-    MachineOperationType, MachinePhase, MachineState, MachineStatus, NODE_LABEL_MACHINE_NAME,
+    Code, FINALIZER_MCM, FINALIZER_NODE, LABEL_MACHINE_DEPLOYMENT, LABEL_NODE, Machine,
+    MachineClass, MachineOperationType, MachinePhase, MachineState, MachineStatus,
+    NODE_LABEL_MACHINE_NAME,
 };
 use capstan_runtime::ErrorLabel;
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
-use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use machine_driver::{DriverError, MachineInfo, MachineRequest};
-use machineclass_core::Timestamp as CoreTimestamp;
+use machineclass_core::Timestamp;
 use machineclass_core::driver_error::creation_failure;
 use machineclass_core::health::{HealthInput, evaluate_health};
 use machineclass_core::meta::{finalizers_with, has_finalizer};
@@ -27,8 +27,6 @@ use machineclass_core::validate::{
     MachineTimeouts, merge_secret_data, validate_class, validate_class_ref,
 };
 use serde_json::json;
-
-use capstan_apis::machine::Code;
 
 use crate::context::Ctx;
 use crate::error::{Error, conflict_aware, is_not_found};
@@ -60,11 +58,11 @@ pub fn error_policy(_machine: Arc<Machine>, error: &Error, ctx: Arc<Ctx>) -> Act
     }
 }
 
-fn now() -> CoreTimestamp {
+fn now() -> Timestamp {
     Timestamp::now()
 }
 
-fn created_at(machine: &Machine) -> CoreTimestamp {
+fn created_at(machine: &Machine) -> Timestamp {
     machine
         .metadata
         .creation_timestamp
@@ -78,7 +76,11 @@ pub(crate) async fn store_status(
     machine: &Machine,
     next: MachineStatus,
 ) -> Result<Option<Machine>, Error> {
-    if machine.status.as_ref() == Some(&next) {
+    let unchanged = match machine.status.as_ref() {
+        Some(current) => *current == next,
+        None => next == MachineStatus::default(),
+    };
+    if unchanged {
         return Ok(None);
     }
     Ok(Some(
