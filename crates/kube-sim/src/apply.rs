@@ -21,20 +21,99 @@ pub type FieldSet = BTreeSet<Path>;
 /// Metadata fields that are owned (the rest is server-managed identity).
 const OWNED_METADATA: &[&str] = &["labels", "annotations", "finalizers", "ownerReferences"];
 
-fn list_key(field: &str, items: &[Value]) -> Option<&'static str> {
-    if items.iter().all(Value::is_object) {
-        builtin_merge_key(field, items)
-    } else {
-        None
+/// How a list merges: per item by key fields, per value (a set), or as one value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ListType {
+    Map(Vec<String>),
+    Set,
+    Atomic,
+}
+
+/// Decides list types: from a custom resource's structural schema (`x-kubernetes-list-type`,
+/// `x-kubernetes-list-map-keys`; atomic when unset, as kube-apiserver), or from the
+/// `patchMergeKey`s of built-in kinds. `metadata` lists follow ObjectMeta in both cases.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ListTypes<'a> {
+    schema: Option<&'a Value>,
+}
+
+impl<'a> ListTypes<'a> {
+    pub fn builtin() -> Self {
+        Self { schema: None }
+    }
+
+    pub fn from_schema(schema: Option<&'a Value>) -> Self {
+        Self { schema }
+    }
+
+    /// The type of the list at `path` (a path to the list field itself).
+    pub fn of(&self, path: &[Seg], items: &[Value]) -> ListType {
+        let field = match path.last() {
+            Some(Seg::Field(f)) => f.as_str(),
+            _ => "",
+        };
+        let in_metadata = matches!(path.first(), Some(Seg::Field(f)) if f == "metadata");
+        match self.schema {
+            Some(schema) if !in_metadata => {
+                let mut cur = schema;
+                for seg in path {
+                    cur = match seg {
+                        Seg::Field(f) => match cur["properties"].get(f) {
+                            Some(p) => p,
+                            None if cur["additionalProperties"].is_object() => {
+                                &cur["additionalProperties"]
+                            }
+                            None => return ListType::Atomic,
+                        },
+                        Seg::Key(_) | Seg::Val(_) => &cur["items"],
+                    };
+                }
+                match cur["x-kubernetes-list-type"].as_str() {
+                    Some("map") => {
+                        let keys: Vec<String> = cur["x-kubernetes-list-map-keys"]
+                            .as_array()
+                            .map(|k| {
+                                k.iter()
+                                    .filter_map(|k| k.as_str().map(String::from))
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        if keys.is_empty() || !items.iter().all(Value::is_object) {
+                            ListType::Atomic
+                        } else {
+                            ListType::Map(keys)
+                        }
+                    }
+                    Some("set") => ListType::Set,
+                    _ => ListType::Atomic,
+                }
+            }
+            _ => {
+                if items.iter().all(Value::is_object)
+                    && let Some(key) = builtin_merge_key(field, items)
+                {
+                    ListType::Map(vec![key.to_string()])
+                } else if is_set_list(field) {
+                    ListType::Set
+                } else {
+                    ListType::Atomic
+                }
+            }
+        }
     }
 }
 
-fn key_json(key: &str, item: &Value) -> String {
-    json!({ key: item[key] }).to_string()
+fn key_json(keys: &[String], item: &Value) -> String {
+    let m: Map<String, Value> = keys.iter().map(|k| (k.clone(), item[k].clone())).collect();
+    Value::Object(m).to_string()
+}
+
+fn same_key(keys: &[String], a: &Value, b: &Value) -> bool {
+    keys.iter().all(|k| a[k] == b[k])
 }
 
 /// The leaf paths a value sets.
-pub fn fields_of(obj: &Value) -> FieldSet {
+pub fn fields_of(obj: &Value, lt: ListTypes<'_>) -> FieldSet {
     let mut out = FieldSet::new();
     if let Value::Object(m) = obj {
         for (k, v) in m {
@@ -45,47 +124,49 @@ pub fn fields_of(obj: &Value) -> FieldSet {
                         if let Some(v) = v.get(*f) {
                             collect(
                                 v,
-                                f,
                                 vec![Seg::Field("metadata".into()), Seg::Field((*f).into())],
+                                lt,
                                 &mut out,
                             );
                         }
                     }
                 }
-                _ => collect(v, k, vec![Seg::Field(k.clone())], &mut out),
+                _ => collect(v, vec![Seg::Field(k.clone())], lt, &mut out),
             }
         }
     }
     out
 }
 
-fn collect(v: &Value, field: &str, path: Path, out: &mut FieldSet) {
+fn collect(v: &Value, path: Path, lt: ListTypes<'_>, out: &mut FieldSet) {
     match v {
         Value::Object(m) if !m.is_empty() => {
             for (k, c) in m {
                 let mut p = path.clone();
                 p.push(Seg::Field(k.clone()));
-                collect(c, k, p, out);
+                collect(c, p, lt, out);
             }
         }
-        Value::Array(items) if !items.is_empty() => {
-            if let Some(key) = list_key(field, items) {
+        Value::Array(items) if !items.is_empty() => match lt.of(&path, items) {
+            ListType::Map(keys) => {
                 for item in items {
                     let mut p = path.clone();
-                    p.push(Seg::Key(key_json(key, item)));
+                    p.push(Seg::Key(key_json(&keys, item)));
                     out.insert(p.clone());
-                    collect(item, "", p, out);
+                    collect(item, p, lt, out);
                 }
-            } else if is_set_list(field) {
+            }
+            ListType::Set => {
                 for item in items {
                     let mut p = path.clone();
                     p.push(Seg::Val(item.to_string()));
                     out.insert(p);
                 }
-            } else {
+            }
+            ListType::Atomic => {
                 out.insert(path);
             }
-        }
+        },
         _ => {
             out.insert(path);
         }
@@ -160,12 +241,16 @@ fn remove_path(v: &mut Value, path: &[Seg]) {
 }
 
 /// Merges an applied configuration into the live object (maps recursively, keyed lists by key).
-fn merge_applied(live: &mut Value, applied: &Value, field: &str) {
+fn merge_applied(live: &mut Value, applied: &Value, path: &mut Path, lt: ListTypes<'_>) {
     match (live, applied) {
         (Value::Object(l), Value::Object(a)) => {
             for (k, av) in a {
                 match l.get_mut(k) {
-                    Some(lv) if !av.is_null() => merge_applied(lv, av, k),
+                    Some(lv) if !av.is_null() => {
+                        path.push(Seg::Field(k.clone()));
+                        merge_applied(lv, av, path, lt);
+                        path.pop();
+                    }
                     _ => {
                         l.insert(k.clone(), av.clone());
                     }
@@ -174,35 +259,38 @@ fn merge_applied(live: &mut Value, applied: &Value, field: &str) {
         }
         (l @ Value::Array(_), Value::Array(a)) => {
             let existing = l.as_array().cloned().unwrap_or_default();
-            if let Some(key) = list_key(field, a).filter(|_| existing.iter().all(Value::is_object))
-            {
-                let mut out = vec![];
-                for item in a {
-                    match existing.iter().find(|e| e[key] == item[key]) {
-                        Some(e) => {
-                            let mut merged = e.clone();
-                            merge_applied(&mut merged, item, "");
-                            out.push(merged);
+            match lt.of(path, a) {
+                ListType::Map(keys) if existing.iter().all(Value::is_object) => {
+                    let mut out = vec![];
+                    for item in a {
+                        match existing.iter().find(|e| same_key(&keys, e, item)) {
+                            Some(e) => {
+                                let mut merged = e.clone();
+                                path.push(Seg::Key(key_json(&keys, item)));
+                                merge_applied(&mut merged, item, path, lt);
+                                path.pop();
+                                out.push(merged);
+                            }
+                            None => out.push(item.clone()),
                         }
-                        None => out.push(item.clone()),
                     }
-                }
-                for e in existing {
-                    if !a.iter().any(|i| i[key] == e[key]) {
-                        out.push(e);
+                    for e in existing {
+                        if !a.iter().any(|i| same_key(&keys, i, &e)) {
+                            out.push(e);
+                        }
                     }
+                    *l = Value::Array(out);
                 }
-                *l = Value::Array(out);
-            } else if is_set_list(field) {
-                let mut out = a.clone();
-                for e in existing {
-                    if !out.contains(&e) {
-                        out.push(e);
+                ListType::Set => {
+                    let mut out = a.clone();
+                    for e in existing {
+                        if !out.contains(&e) {
+                            out.push(e);
+                        }
                     }
+                    *l = Value::Array(out);
                 }
-                *l = Value::Array(out);
-            } else {
-                *l = applied.clone();
+                _ => *l = applied.clone(),
             }
         }
         (l, a) => *l = a.clone(),
@@ -414,9 +502,10 @@ pub fn apply(
     applied: &Value,
     w: &Writer<'_>,
     force: bool,
+    lt: ListTypes<'_>,
 ) -> Result<Value, Conflicts> {
     let mut entries = live.map(read_managed).unwrap_or_default();
-    let new_set = fields_of(applied);
+    let new_set = fields_of(applied, lt);
     let prev_set = entries
         .iter()
         .find(|e| {
@@ -464,16 +553,16 @@ pub fn apply(
         m.remove("apiVersion");
         m.remove("kind");
     }
-    merge_applied(&mut result, &applied_body, "");
+    merge_applied(&mut result, &applied_body, &mut vec![], lt);
     entry_for(&mut entries, w, "Apply").fields = new_set;
     write_managed(&mut result, &entries);
     Ok(result)
 }
 
 /// Records ownership of the fields an ordinary write (create, update, patch) changed.
-pub fn track_update(old: Option<&Value>, new: &mut Value, w: &Writer<'_>) {
+pub fn track_update(old: Option<&Value>, new: &mut Value, w: &Writer<'_>, lt: ListTypes<'_>) {
     let mut entries = old.map(read_managed).unwrap_or_default();
-    let new_fields = fields_of(new);
+    let new_fields = fields_of(new, lt);
     let changed: FieldSet = match old {
         Some(old) => new_fields
             .iter()
@@ -509,23 +598,34 @@ mod tests {
     #[test]
     fn two_managers_keep_their_fields_and_conflict_on_shared_ones() {
         let a = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"a": "1"}}, "data": {"x": "1"}});
-        let obj = apply(None, &a, &writer("alice"), false).expect("first apply");
+        let obj =
+            apply(None, &a, &writer("alice"), false, ListTypes::builtin()).expect("first apply");
         let b = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"b": "2"}}, "data": {"y": "2"}});
-        let obj = apply(Some(&obj), &b, &writer("bob"), false).expect("disjoint apply");
+        let obj = apply(Some(&obj), &b, &writer("bob"), false, ListTypes::builtin())
+            .expect("disjoint apply");
         assert_eq!(obj["data"], json!({"x": "1", "y": "2"}));
         assert_eq!(obj["metadata"]["labels"], json!({"a": "1", "b": "2"}));
         // Alice drops her label: it goes; Bob's stays.
         let a2 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"x": "1"}});
-        let obj = apply(Some(&obj), &a2, &writer("alice"), false).expect("re-apply");
+        let obj = apply(
+            Some(&obj),
+            &a2,
+            &writer("alice"),
+            false,
+            ListTypes::builtin(),
+        )
+        .expect("re-apply");
         assert_eq!(obj["metadata"]["labels"], json!({"b": "2"}));
         // Bob setting Alice's field to another value conflicts unless forced.
         let b2 = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"x": "9", "y": "2"}});
-        let err = apply(Some(&obj), &b2, &writer("bob"), false).expect_err("conflict");
+        let err = apply(Some(&obj), &b2, &writer("bob"), false, ListTypes::builtin())
+            .expect_err("conflict");
         assert_eq!(
             err.message(),
             "Apply failed with 1 conflict: conflict with \"alice\" using v1: .data.x"
         );
-        let forced = apply(Some(&obj), &b2, &writer("bob"), true).expect("forced");
+        let forced =
+            apply(Some(&obj), &b2, &writer("bob"), true, ListTypes::builtin()).expect("forced");
         assert_eq!(forced["data"]["x"], "9");
         let owners = read_managed(&forced);
         let alice = owners.iter().find(|e| e.manager == "alice");
@@ -538,28 +638,70 @@ mod tests {
     #[test]
     fn keyed_lists_are_owned_per_item_and_round_trip_fields_v1() {
         let a = json!({"spec": {"containers": [{"name": "a", "image": "1"}]}});
-        let set = fields_of(&a);
+        let set = fields_of(&a, ListTypes::builtin());
         let v1 = to_fields_v1(&set);
         assert_eq!(
             v1,
             json!({"f:spec": {"f:containers": {"k:{\"name\":\"a\"}": {".": {}, "f:image": {}, "f:name": {}}}}})
         );
         assert_eq!(from_fields_v1(&v1), set);
-        let obj = apply(None, &a, &writer("a"), false).expect("apply");
+        let obj = apply(None, &a, &writer("a"), false, ListTypes::builtin()).expect("apply");
         let b = json!({"spec": {"containers": [{"name": "b", "image": "2"}]}});
-        let obj = apply(Some(&obj), &b, &writer("b"), false).expect("apply");
+        let obj = apply(Some(&obj), &b, &writer("b"), false, ListTypes::builtin()).expect("apply");
         assert_eq!(obj["spec"]["containers"].as_array().map(Vec::len), Some(2));
     }
 
     #[test]
     fn updates_take_ownership_of_changed_fields() {
-        let old =
-            apply(None, &json!({"data": {"x": "1"}}), &writer("alice"), false).expect("apply");
+        let old = apply(
+            None,
+            &json!({"data": {"x": "1"}}),
+            &writer("alice"),
+            false,
+            ListTypes::builtin(),
+        )
+        .expect("apply");
         let mut new = old.clone();
         new["data"]["x"] = json!("2");
-        track_update(Some(&old), &mut new, &writer("editor"));
+        track_update(
+            Some(&old),
+            &mut new,
+            &writer("editor"),
+            ListTypes::builtin(),
+        );
         let entries = read_managed(&new);
         assert_eq!(entries.len(), 1, "{new}");
         assert_eq!(entries[0].manager, "editor");
+    }
+
+    #[test]
+    fn custom_resources_follow_their_schema_list_types() {
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "routes": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["dest", "port"],
+                       "items": {"type": "object", "properties": {"dest": {"type": "string"}, "port": {"type": "integer"}, "via": {"type": "string"}}}},
+            "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+            "conditions": {"type": "array", "items": {"type": "object"}}}}}});
+        let lt = ListTypes::from_schema(Some(&schema));
+        let a = json!({"spec": {"routes": [{"dest": "x", "port": 1, "via": "a"}], "tags": ["t1"], "conditions": [{"type": "A"}]}});
+        let obj = apply(None, &a, &writer("alice"), false, lt).expect("apply");
+        let b = json!({"spec": {"routes": [{"dest": "x", "port": 2, "via": "b"}], "tags": ["t2"]}});
+        let obj = apply(Some(&obj), &b, &writer("bob"), false, lt).expect("disjoint keys");
+        assert_eq!(
+            obj["spec"]["routes"].as_array().map(Vec::len),
+            Some(2),
+            "{obj}"
+        );
+        assert_eq!(obj["spec"]["tags"], json!(["t2", "t1"]));
+        let fields = fields_of(&a, lt);
+        assert!(fields.contains(&vec![
+            Seg::Field("spec".into()),
+            Seg::Field("routes".into()),
+            Seg::Key(r#"{"dest":"x","port":1}"#.into())
+        ]));
+        // Without a list type, a custom resource's list is atomic (unlike built-in conditions).
+        assert!(fields.contains(&vec![
+            Seg::Field("spec".into()),
+            Seg::Field("conditions".into())
+        ]));
     }
 }

@@ -625,6 +625,7 @@ impl Cluster {
             None,
             &mut body,
             &Self::writer(&info.api_version(), opts, Sub::Main, &now),
+            apply::ListTypes::from_schema(info.schema.as_ref()),
         );
         if opts.dry_run {
             return Ok(body);
@@ -804,7 +805,8 @@ impl Cluster {
         let now = util::now_rfc3339();
         if track {
             let av = info.api_version();
-            apply::track_update(Some(old), &mut new, &Self::writer(&av, opts, sub, &now));
+            let lt = apply::ListTypes::from_schema(info.schema.as_ref());
+            apply::track_update(Some(old), &mut new, &Self::writer(&av, opts, sub, &now), lt);
         }
         if new == **old {
             return Ok((*Self::present(info, old)).clone());
@@ -950,7 +952,8 @@ impl Cluster {
         let now = util::now_rfc3339();
         let av = info.api_version();
         let w = Self::writer(&av, opts, sub, &now);
-        let merged = apply::apply(old.as_deref(), &applied, &w, opts.force).map_err(|c| {
+        let lt = apply::ListTypes::from_schema(info.schema.as_ref());
+        let merged = apply::apply(old.as_deref(), &applied, &w, opts.force, lt).map_err(|c| {
             ApiError::new(409, "Conflict", c.message()).with_details(json!({"causes": c.causes()}))
         })?;
         match old {
