@@ -231,6 +231,43 @@ async fn a_reflector_converges_under_injected_errors_and_cut_watches() {
     sim.shutdown().await;
 }
 
+/// The codes a fixed request sequence gets from a server with the given fault seed.
+async fn fault_codes(seed: u64) -> Vec<u16> {
+    let sim = common::start_with(kube_sim::Config {
+        faults: FaultConfig::uniform_errors(seed, 0.3, 503),
+        ..Default::default()
+    })
+    .await;
+    let mut codes = Vec::new();
+    for i in 0..40 {
+        let (code, _) = if i % 2 == 0 {
+            common::raw(
+                &sim,
+                "POST",
+                "/api/v1/namespaces/default/configmaps",
+                "application/json",
+                &format!(
+                    r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"c{i}"}}}}"#
+                ),
+            )
+            .await
+        } else {
+            common::raw(&sim, "GET", "/api/v1/namespaces/default/configmaps", "", "").await
+        };
+        codes.push(code);
+    }
+    sim.shutdown().await;
+    codes
+}
+
+#[tokio::test]
+async fn the_same_seed_gives_the_same_faults_over_http() {
+    let first = fault_codes(11).await;
+    assert_eq!(first, fault_codes(11).await);
+    assert_ne!(first, fault_codes(12).await);
+    assert!(first.contains(&503) && first.contains(&200) && first.contains(&201));
+}
+
 #[tokio::test]
 async fn a_forced_410_makes_the_watcher_relist() {
     let sim = common::start().await;
