@@ -3,12 +3,20 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), kube_sim::Error> {
-//! let sim = kube_sim::KubeSim::start(kube_sim::Config::default()).await?;
-//! let client = sim.client()?;
+//! let sim = kube_sim::KubeSim::start(kube_sim::Config::default()).await?; // 127.0.0.1:0
+//! let client = sim.client()?; // a kube::Client for it
+//! sim.write_kubeconfig(std::path::Path::new("/tmp/kubeconfig"))?; // for kubectl & co.
 //! # drop(client);
 //! sim.shutdown().await;
 //! # Ok(()) }
 //! ```
+//!
+//! How a request flows: `http` parses the URL as kube-apiserver's RequestInfo does, looks the
+//! resource up in the `registry` (built-ins plus CRDs), and runs the verb in `cluster` under one
+//! lock: `schema` (CRD pruning/defaulting/validation), `defaults` (built-in kinds), `patch`
+//! (JSON, merge, strategic), `apply` (server-side apply and managedFields), `convert` (served
+//! version <-> storage), then `store` (one resourceVersion counter, event history, broadcast to
+//! watches). Errors are `error::ApiError`, rendered as kube-apiserver's `Status`.
 
 pub mod accounting;
 pub mod apply;
