@@ -366,6 +366,16 @@ async fn faults_through_the_admin_endpoint_and_partitions() {
     .await;
     assert_eq!(code, 400, "{body}");
 
+    // Added latency.
+    sim.set_faults(FaultConfig {
+        latency_ms: 300,
+        ..Default::default()
+    });
+    let started = std::time::Instant::now();
+    cms.get("x").await.expect("slow get");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    sim.clear_faults();
+
     // A partition: requests fail at the transport level, then work again.
     sim.partition_for(Duration::from_millis(500));
     let err = cms.get("x").await.expect_err("partitioned");
@@ -520,6 +530,36 @@ mod workloads {
             .expect("scale down");
         running_pods(&pods, 1).await;
         deployment_ready(&deploys, 1).await;
+
+        // A new pod template rolls out: a new ReplicaSet, the old one scaled to zero.
+        let old_hash = running_pods(&pods, 1).await[0].labels()["pod-template-hash"].clone();
+        deploys
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx:2"}]}}}})),
+            )
+            .await
+            .expect("new template");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = running_pods(&pods, 1).await;
+            if now[0].labels()["pod-template-hash"] != old_hash {
+                let image = now[0].spec.as_ref().map(|s| s.containers[0].image.clone());
+                assert_eq!(image, Some(Some("nginx:2".into())));
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no rollout");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        deployment_ready(&deploys, 1).await;
+        let replicasets: Api<k8s_openapi::api::apps::v1::ReplicaSet> =
+            Api::namespaced(client.clone(), "default");
+        let old = replicasets
+            .get(&format!("web-{old_hash}"))
+            .await
+            .expect("old ReplicaSet kept");
+        assert_eq!(old.spec.and_then(|s| s.replicas), Some(0));
 
         deploys
             .delete("web", &DeleteParams::default())
