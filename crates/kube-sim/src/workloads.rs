@@ -757,11 +757,15 @@ pub fn spawn(
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let (mut rx, _) = shared.lock().store.subscribe();
         loop {
+            // Everything up to this version has been reconciled.
+            let mut settled_rv = 0;
             if simulate {
                 // Passes until nothing changes; each pass's own writes wake the next one.
                 for _ in 0..10 {
                     let mut cluster = shared.lock();
-                    match reconcile(&mut cluster, &options) {
+                    let pass = reconcile(&mut cluster, &options);
+                    settled_rv = cluster.store.resource_version();
+                    match pass {
                         Ok(r) if r.writes == 0 => break,
                         Ok(_) => {}
                         Err(e) => {
@@ -771,8 +775,14 @@ pub fn spawn(
                     }
                 }
             }
-            // Drop the events the passes caused, then wait for someone else's change.
-            while rx.try_recv().is_ok() {}
+            // Drop the events the passes already saw; a later relevant one means another pass.
+            let mut pending = false;
+            while let Ok(ev) = rx.try_recv() {
+                pending |= simulate && ev.rv > settled_rv && relevant(&ev.key);
+            }
+            if pending {
+                continue;
+            }
             loop {
                 tokio::select! {
                     _ = shared.shutdown.cancelled() => return,
@@ -781,7 +791,7 @@ pub fn spawn(
                         break;
                     }
                     ev = rx.recv() => match ev {
-                        Ok(ev) if simulate && relevant(&ev.key) => break,
+                        Ok(ev) if simulate && ev.rv > settled_rv && relevant(&ev.key) => break,
                         Ok(_) => {}
                         Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
                         Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
