@@ -588,6 +588,11 @@ impl Cluster {
         }
         self.check_namespace(info, ns, true)?;
         let key = info.storage_key();
+        if info.custom && self.terminating_crd(&key).is_some() {
+            return Err(ApiError::method_not_allowed(
+                "create not allowed while custom resource definition is terminating",
+            ));
+        }
         if self
             .store
             .get(&key, &Self::obj_key_for(info, ns, &name))
@@ -1119,7 +1124,13 @@ impl Cluster {
             self.finish_namespace(&ns);
         }
         if is_crd {
-            self.purge_crd_objects(&stored);
+            // Instances are deleted like any object (their finalizers hold them); the CRD goes
+            // once none is left, as the CRD finalizer controller does.
+            let instances = crd_storage_key(&stored);
+            for iok in self.store.keys_of(&instances) {
+                self.delete_dependent(&instances, &iok, None);
+            }
+            self.finish_crd(&instances);
         }
         self.store.get(key, ok).cloned().or(Some(stored))
     }
@@ -1200,28 +1211,36 @@ impl Cluster {
         }
     }
 
+    /// Once a CRD is gone, nothing of its resource may remain.
     fn purge_crd_objects(&mut self, crd: &Value) {
-        let group = crd["spec"]["group"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let plural = crd["spec"]["names"]["plural"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let key = (group, plural);
+        let key = crd_storage_key(crd);
         for ok in self.store.keys_of(&key) {
             self.remove_now(&key, &ok);
         }
-        let ck = (
-            String::from("apiextensions.k8s.io"),
-            String::from("customresourcedefinitions"),
-        );
-        let cok = obj_key(crd);
-        if let Some(c) = self.store.get(&ck, &cok)
-            && finalizers(c).is_empty()
-        {
-            self.remove_now(&ck, &cok);
+    }
+
+    /// The terminating CRD that serves a storage key, if any.
+    fn terminating_crd(&self, instances: &StorageKey) -> Option<ObjKey> {
+        self.store
+            .list(&crd_key(), None)
+            .find(|(_, c)| {
+                crd_storage_key(c) == *instances && !meta(c)["deletionTimestamp"].is_null()
+            })
+            .map(|(k, _)| k.clone())
+    }
+
+    /// Removes a terminating CRD whose last instance is gone.
+    fn finish_crd(&mut self, instances: &StorageKey) {
+        let Some(cok) = self.terminating_crd(instances) else {
+            return;
+        };
+        let done = self.store.count(instances) == 0
+            && self
+                .store
+                .get(&crd_key(), &cok)
+                .is_some_and(|c| finalizers(c).is_empty());
+        if done {
+            self.remove_now(&crd_key(), &cok);
         }
     }
 
@@ -1255,6 +1274,9 @@ impl Cluster {
         }
         if !ok.0.is_empty() {
             self.finish_namespace(&ok.0.clone());
+        }
+        if !key.0.is_empty() && self.store.count(key) == 0 {
+            self.finish_crd(key);
         }
         if key.0 == "apiextensions.k8s.io" && key.1 == "customresourcedefinitions" {
             self.purge_crd_objects(&gone);
@@ -1305,6 +1327,27 @@ impl Cluster {
                   "metadata": {"resourceVersion": self.store.resource_version().to_string()}, "items": items}),
         )
     }
+}
+
+fn crd_key() -> StorageKey {
+    (
+        String::from("apiextensions.k8s.io"),
+        String::from("customresourcedefinitions"),
+    )
+}
+
+/// Where a CRD's instances are stored.
+fn crd_storage_key(crd: &Value) -> StorageKey {
+    (
+        crd["spec"]["group"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        crd["spec"]["names"]["plural"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
 }
 
 /// The body's `apiVersion`/`kind`, when given, must name the resource of the URL.
@@ -1399,5 +1442,73 @@ mod tests {
     fn status_changes_bump_generation_only_without_a_status_subresource() {
         assert_eq!(generation_after_status_change(true), 1);
         assert_eq!(generation_after_status_change(false), 2);
+    }
+
+    #[test]
+    fn deleting_a_crd_waits_for_instance_finalizers() {
+        let mut c = Cluster::new(100);
+        let opts = WriteOptions {
+            field_manager: "test".into(),
+            ..Default::default()
+        };
+        let crds = c
+            .registry
+            .lookup("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+            .cloned()
+            .expect("crds");
+        c.create(&crds, "", crd(true), &opts).expect("crd");
+        let gadgets = c
+            .registry
+            .lookup("example.com", "v1", "gadgets")
+            .cloned()
+            .expect("served");
+        let held = json!({"apiVersion": "example.com/v1", "kind": "Gadget",
+            "metadata": {"name": "held", "finalizers": ["example.com/cleanup"]}});
+        c.create(&gadgets, "default", held, &opts).expect("held");
+        c.create(
+            &gadgets,
+            "default",
+            json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "free"}}),
+            &opts,
+        )
+        .expect("free");
+
+        c.delete(&crds, "", "gadgets.example.com", &DeleteOptions::default())
+            .expect("delete crd");
+        let crd_obj = c
+            .get(&crds, "", "gadgets.example.com")
+            .expect("terminating CRD stays");
+        assert!(
+            crd_obj["status"]["conditions"]
+                .as_array()
+                .expect("conditions")
+                .iter()
+                .any(|c| c["type"] == "Terminating")
+        );
+        assert!(
+            c.get(&gadgets, "default", "free").is_err(),
+            "instances without finalizers go at once"
+        );
+        let held = c
+            .get(&gadgets, "default", "held")
+            .expect("held by its finalizer");
+        assert!(!held["metadata"]["deletionTimestamp"].is_null());
+        let refused = c
+            .create(&gadgets, "default", json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "new"}}), &opts)
+            .expect_err("no creates while terminating");
+        assert_eq!(refused.code, 405);
+
+        let mut released = (*held).clone();
+        released["metadata"]["finalizers"] = json!([]);
+        c.update(&gadgets, "default", "held", released, Sub::Main, &opts)
+            .expect("release");
+        assert!(
+            c.get(&crds, "", "gadgets.example.com").is_err(),
+            "CRD removed with its last instance"
+        );
+        assert!(
+            c.registry.lookup("example.com", "v1", "gadgets").is_none(),
+            "no longer served"
+        );
     }
 }
