@@ -1,0 +1,81 @@
+//! The `machine-driver-sim` binary: serves the simulated provider over gRPC for a kubeconfig.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use capstan_apis::machine::{Code, Machine, MachineClass};
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use machine_driver::grpc::GrpcDriver;
+use machine_driver::{Driver, MachineRequest};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_the_simulator_over_grpc() {
+    let sim = kube_sim::KubeSim::start(kube_sim::Config::default())
+        .await
+        .expect("kube-sim starts");
+    let dir = std::env::temp_dir().join(format!("machine-driver-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let kubeconfig = dir.join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_machine-driver-sim"))
+        .args(["--listen", "127.0.0.1:0", "--ready-delay-seconds", "0"])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawned");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let addr = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.expect("read") {
+            if let Some(addr) = line.strip_prefix("driver listening on ") {
+                return addr.to_owned();
+            }
+        }
+        panic!("exited without listening");
+    })
+    .await
+    .expect("listening line");
+
+    let driver = GrpcDriver::connect_lazy(&format!("http://{addr}")).expect("client");
+    let machine: Machine = serde_json::from_value(json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
+        "metadata": {"name": "m-1", "namespace": "default"}, "spec": {}
+    }))
+    .expect("machine");
+    let class: MachineClass = serde_json::from_value(json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineClass",
+        "metadata": {"name": "mc", "namespace": "default"}, "providerSpec": {}
+    }))
+    .expect("class");
+    let request = MachineRequest {
+        machine,
+        class,
+        secret_data: Default::default(),
+    };
+    let info = driver
+        .create_machine(&request)
+        .await
+        .expect("created over gRPC");
+    assert_eq!(info.node_name, "m-1");
+    let nodes: Api<Node> = Api::all(sim.client().expect("client"));
+    assert!(
+        nodes.get_opt("m-1").await.expect("get").is_some(),
+        "node registered by the server process"
+    );
+    driver.delete_machine(&request).await.expect("deleted");
+    assert_eq!(
+        driver
+            .get_machine_status(&request)
+            .await
+            .expect_err("gone")
+            .code,
+        Code::NotFound
+    );
+    child.kill().await.expect("killed");
+    let _ = std::fs::remove_dir_all(&dir);
+}
