@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// What to measure (see `capstan-bench --help`), e.g. `nodeslo`.
+    /// What to measure: `nodeslo`, `kube-sim` or `sidecars` (see `capstan-bench --help`).
     target: String,
     /// Passed on to the benchmark, e.g. `-- --nodes 2000`.
     #[arg(last = true)]

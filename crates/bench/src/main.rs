@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 mod cluster;
+mod kube_sim;
 mod machineclass;
 mod nodeslo;
 mod report;
@@ -33,6 +34,8 @@ enum Target {
     Machineclass(machineclass::Args),
     /// NodeSLO controller: convergence and config fan-out against a bare client, writes per node, peak RSS.
     Nodeslo(nodeslo::Args),
+    /// kube-sim: creates/s, a list of 10,000 objects, watch fan-out under load, memory per object.
+    KubeSim(kube_sim::Args),
     /// router-sidecar and gw-sidecar: requests/s and p50/p99 per method and stream count, as a ratio to an empty handler.
     Sidecars(sidecars::Args),
 }
@@ -47,6 +50,7 @@ fn main() -> anyhow::Result<()> {
             Target::Machineclass(args) => machineclass::run(&cli.bin_dir, &args).await,
             Target::Nodeslo(args) => nodeslo::run(&cli.bin_dir, &args).await,
             Target::Sidecars(args) => sidecars::run(&args).await,
+            Target::KubeSim(args) => kube_sim::run(&args).await,
         }
     })
 }

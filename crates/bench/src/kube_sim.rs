@@ -1,0 +1,310 @@
+//! kube-sim's cost per request, against a floor served by the same HTTP stack in the same run.
+//!
+//! The floor is an axum server on loopback that answers each request with a ready-made body of
+//! the size kube-sim would send, so `kube-sim / floor` is what the API-server logic (validation,
+//! storage, resourceVersions, serialization, watch fan-out) adds to transport and client costs.
+//! Reported: creates/s, a list of N objects, watch fan-out to W watchers under a write rate, and
+//! resident memory per stored object.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use serde_json::json;
+
+use crate::report::Report;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Objects created and listed.
+    #[arg(long, default_value_t = 10_000)]
+    objects: usize,
+    /// Concurrent creates.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Watchers for the fan-out measurement.
+    #[arg(long, default_value_t = 20)]
+    watchers: usize,
+    /// Target write rate during fan-out (writes/s).
+    #[arg(long, default_value_t = 5_000)]
+    write_rate: u64,
+    /// Seconds of writes during fan-out.
+    #[arg(long, default_value_t = 3)]
+    seconds: u64,
+}
+
+pub async fn run(args: &Args) -> Result<()> {
+    let n = args.objects;
+    let mut report = Report::new(format!(
+        "kube-sim, {n} ConfigMaps, concurrency {}",
+        args.concurrency
+    ));
+
+    // Floor: the same requests answered with ready-made bodies by axum on loopback.
+    let one = serde_json::to_vec(&config_map(0, 0))?;
+    let floor = Floor::start(one.len(), n).await?;
+    let floor_client = floor.client()?;
+    let started = Instant::now();
+    for_each(n, args.concurrency, |i| {
+        let client = floor_client.clone();
+        async move {
+            post(
+                &client,
+                "/api/v1/namespaces/default/configmaps",
+                &config_map(i, 0),
+            )
+            .await
+        }
+    })
+    .await?;
+    let floor_create = started.elapsed();
+    let started = Instant::now();
+    let listed: serde_json::Value = floor_client
+        .request(http::Request::get("/api/v1/namespaces/default/configmaps").body(Vec::new())?)
+        .await?;
+    let floor_list = started.elapsed();
+    drop(listed);
+
+    // kube-sim, in this process so its memory shows in our RSS.
+    let rss_before = rss()?;
+    let sim = kube_sim::KubeSim::start(kube_sim::Config {
+        history_size: 200_000,
+        ..kube_sim::Config::default()
+    })
+    .await?;
+    let client = sim.client()?;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let started = Instant::now();
+    for_each(n, args.concurrency, |i| {
+        let api = api.clone();
+        async move {
+            api.create(&PostParams::default(), &config_map(i, 0))
+                .await
+                .map(drop)
+        }
+    })
+    .await?;
+    let create = started.elapsed();
+    let rss_after = rss()?;
+    let started = Instant::now();
+    let list = api.list(&ListParams::default()).await?;
+    let list_time = started.elapsed();
+    if list.items.len() != n {
+        bail!("listed {} of {n} objects", list.items.len());
+    }
+    drop(list);
+
+    report.row(
+        "creates/s",
+        format!("{:.0}", n as f64 / create.as_secs_f64()),
+        "absolute, this machine",
+    );
+    report.ratio(
+        "create (per request)",
+        create,
+        floor_create,
+        "as low as possible",
+    );
+    report.ratio(
+        &format!("list of {n}"),
+        list_time,
+        floor_list,
+        "well under a second in absolute terms",
+    );
+    report.row(
+        &format!("list of {n}, absolute"),
+        format!("{list_time:.2?}"),
+        "target well under 1 s",
+    );
+    let per_object = rss_after.saturating_sub(rss_before) as f64 / n as f64;
+    report.row(
+        "resident memory per stored object",
+        format!("{per_object:.0} B"),
+        format!(
+            "{:.1}x its {} B of JSON",
+            per_object / one.len() as f64,
+            one.len()
+        ),
+    );
+
+    // Watch fan-out: W watchers from now on, a paced writer updating the objects.
+    let delivered = Arc::new(AtomicU64::new(0));
+    let from = sim.resource_version().to_string();
+    let mut watchers = Vec::new();
+    for _ in 0..args.watchers {
+        let api = api.clone();
+        let delivered = delivered.clone();
+        let from = from.clone();
+        watchers.push(tokio::spawn(async move {
+            let params = WatchParams::default().timeout(290);
+            let mut events = api.watch(&params, &from).await?.boxed();
+            while let Some(event) = events.try_next().await? {
+                if let WatchEvent::Modified(_) = event {
+                    delivered.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok::<_, kube::Error>(())
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let writes = (args.write_rate * args.seconds) as usize;
+    let interval = Duration::from_secs_f64(1.0 / args.write_rate as f64);
+    let started = Instant::now();
+    let start_at = tokio::time::Instant::now();
+    let writer_api = api.clone();
+    let written = stream::iter(0..writes)
+        .map(|i| {
+            let api = writer_api.clone();
+            // Paced: write i is due at i / rate seconds after the start.
+            let due = start_at + interval.mul_f64(i as f64);
+            async move {
+                tokio::time::sleep_until(due).await;
+                let patch = json!({"data": {"round": i.to_string()}});
+                let name = format!("cm-{:05}", i % n);
+                api.patch(
+                    &name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+                .map(drop)
+            }
+        })
+        .buffer_unordered(64)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let write_time = started.elapsed();
+    let expected = (written.len() * args.watchers) as u64;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while delivered.load(Ordering::Relaxed) < expected && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let drained = started.elapsed();
+    for watcher in watchers {
+        watcher.abort();
+    }
+    let got = delivered.load(Ordering::Relaxed);
+    report.row(
+        "achieved write rate",
+        format!("{:.0}/s", written.len() as f64 / write_time.as_secs_f64()),
+        format!("target {}/s", args.write_rate),
+    );
+    report.row(
+        format!("events delivered to {} watchers", args.watchers),
+        format!("{:.3}", got as f64 / expected as f64),
+        format!(
+            "{got} of {expected}; all delivered {:.2?} after the first write",
+            drained
+        ),
+    );
+    report.row(
+        "fan-out keeps up (drain time / write time)",
+        format!("{:.2}x", drained.as_secs_f64() / write_time.as_secs_f64()),
+        "1.0x means every watcher had every event when the writer stopped",
+    );
+    sim.shutdown().await;
+    println!("{report}");
+    Ok(())
+}
+
+fn config_map(i: usize, round: usize) -> ConfigMap {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("cm-{i:05}"), "namespace": "default", "labels": {"app": "bench", "shard": (i % 10).to_string()}},
+        "data": {"key": "value", "round": round.to_string()}
+    }))
+    .unwrap_or_default()
+}
+
+async fn post(client: &kube::Client, path: &str, body: &ConfigMap) -> Result<(), kube::Error> {
+    let request = http::Request::post(path)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(body).map_err(kube::Error::SerdeError)?)
+        .map_err(kube::Error::HttpError)?;
+    client.request::<serde_json::Value>(request).await.map(drop)
+}
+
+async fn for_each<F, Fut>(n: usize, concurrency: usize, op: F) -> Result<()>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<(), kube::Error>>,
+{
+    stream::iter(0..n)
+        .map(op)
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+/// Resident set size of this process, in bytes.
+fn rss() -> Result<u64> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .context("no VmRSS")?;
+    Ok(line
+        .split_whitespace()
+        .nth(1)
+        .context("VmRSS value")?
+        .parse::<u64>()?
+        * 1024)
+}
+
+/// An axum server answering POSTs with one object's bytes and GETs with a list of `n` of them.
+struct Floor {
+    addr: std::net::SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Floor {
+    async fn start(object_len: usize, n: usize) -> Result<Self> {
+        let object = serde_json::to_vec(&config_map(0, 0))?;
+        debug_assert_eq!(object.len(), object_len);
+        let items: Vec<ConfigMap> = (0..n).map(|i| config_map(i, 0)).collect();
+        let list = serde_json::to_vec(
+            &json!({"apiVersion": "v1", "kind": "ConfigMapList", "metadata": {"resourceVersion": "1"}, "items": items}),
+        )?;
+        let object = bytes::Bytes::from(object);
+        let list = bytes::Bytes::from(list);
+        let app = axum::Router::new().route(
+            "/api/v1/namespaces/default/configmaps",
+            axum::routing::post(move || {
+                let object = object.clone();
+                async move {
+                    (
+                        http::StatusCode::CREATED,
+                        [("content-type", "application/json")],
+                        object,
+                    )
+                }
+            })
+            .get(move || {
+                let list = list.clone();
+                async move { ([("content-type", "application/json")], list) }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self { addr, task })
+    }
+
+    fn client(&self) -> Result<kube::Client> {
+        let config = kube::Config::new(format!("http://{}", self.addr).parse()?);
+        Ok(kube::Client::try_from(config)?)
+    }
+}
+
+impl Drop for Floor {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
