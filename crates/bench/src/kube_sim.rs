@@ -116,7 +116,7 @@ pub async fn run(args: &Args) -> Result<()> {
         "well under a second in absolute terms",
     );
     report.row(
-        &format!("list of {n}, absolute"),
+        format!("list of {n}, absolute"),
         format!("{list_time:.2?}"),
         "target well under 1 s",
     );
