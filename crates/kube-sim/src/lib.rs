@@ -21,7 +21,6 @@
 pub mod accounting;
 pub mod apply;
 pub mod auth;
-pub mod bench;
 pub mod cluster;
 pub mod convert;
 pub mod defaults;

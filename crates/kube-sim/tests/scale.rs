@@ -1,6 +1,5 @@
 //! Volume behaviour: 10,000 small objects are stored, listed whole and in pages, and watched.
-//! Timings are printed (the benchmark proper is `cargo xtask bench kube-sim`); the bounds
-//! asserted here only catch pathological regressions, even in debug builds.
+//! Timings are printed, not asserted (the benchmark proper is `cargo xtask bench kube-sim`).
 
 mod common;
 
@@ -59,11 +58,8 @@ async fn ten_thousand_objects_list_quickly_and_watchers_keep_up() {
         .await
         .expect("selector list");
     assert_eq!(tenth.items.len(), 1_000);
+    // Timings are reported, never asserted: speed is measured by `cargo xtask bench kube-sim`.
     println!("10,000 creates: {create_time:?}; list of 10,000: {list_time:?}");
-    assert!(
-        list_time < Duration::from_secs(5),
-        "listing 10,000 objects took {list_time:?}"
-    );
 
     // Every watcher sees every write, in order.
     let started = Instant::now();
