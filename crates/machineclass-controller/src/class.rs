@@ -49,14 +49,18 @@ async fn reconcile_inner(class: &MachineClass, ctx: &Ctx) -> Result<Action, Erro
         }
         ClassAction::DeletionBlocked { machines } => {
             let message = ClassAction::blocked_message(machines);
-            ctx.event(
-                &class.object_ref(&()),
-                true,
-                "MachineClassInUse",
-                "Delete",
-                message.clone(),
-            )
-            .await;
+            // One Warning per change of the count, so a long-blocked deletion does not keep writing.
+            let announced = lock(&ctx.blocked_classes).insert(class_key.clone(), machines);
+            if announced != Some(machines) {
+                ctx.event(
+                    &class.object_ref(&()),
+                    true,
+                    "MachineClassInUse",
+                    "Delete",
+                    message.clone(),
+                )
+                .await;
+            }
             Err(Error::StillReferred(message))
         }
         ClassAction::Unused { remove_finalizer } => {
@@ -67,6 +71,7 @@ async fn reconcile_inner(class: &MachineClass, ctx: &Ctx) -> Result<Action, Erro
                 tracing::info!(class = %class_key, "removed finalizer");
             }
             lock(&ctx.class_versions).remove(&class_key);
+            lock(&ctx.blocked_classes).remove(&class_key);
             Ok(Action::requeue(ctx.retry.long))
         }
     }

@@ -36,6 +36,8 @@ pub struct Ctx {
     pub class_triggers: UnboundedSender<ObjectRef<MachineClass>>,
     /// Last resourceVersion of each class whose machines were enqueued.
     pub class_versions: Mutex<HashMap<String, String>>,
+    /// Machine count last announced for each class whose deletion is blocked (one Event per change).
+    pub blocked_classes: Mutex<HashMap<String, usize>>,
     pub recorder: Recorder,
     pub retry: RetryPeriods,
     /// Machine timeouts for Machines that do not set their own.
@@ -118,11 +120,13 @@ impl Ctx {
         let mut sent = 0;
         for machine in index.referrers(class_key) {
             let (ns, name) = split_key(machine);
-            if self
-                .machine_triggers
-                .send(ObjectRef::new(name).within(ns))
-                .is_ok()
-            {
+            let reference = ObjectRef::new(name).within(ns);
+            // Deleting machines do not re-validate against the class.
+            let deleting = self
+                .machines
+                .get(&reference)
+                .is_some_and(|m| m.metadata.deletion_timestamp.is_some());
+            if !deleting && self.machine_triggers.send(reference).is_ok() {
                 sent += 1;
             }
         }

@@ -359,6 +359,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         machine_triggers: machine_tx,
         class_triggers: class_tx.clone(),
         class_versions: Mutex::new(Default::default()),
+        blocked_classes: Mutex::new(Default::default()),
         recorder: Recorder::new(w.client.clone(), reporter),
         retry: w.retry,
         timeouts: w.timeouts,

@@ -195,6 +195,15 @@ async fn class_in_use_cannot_be_deleted_until_its_machines_are_gone() {
     assert!(blocked.metadata.deletion_timestamp.is_some());
     assert!(has_finalizer(&blocked, FINALIZER_MCM));
 
+    // Retried while blocked, but announced once: no further writes.
+    let before = env.sim.resource_version();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        env.sim.resource_version(),
+        before,
+        "a blocked deletion keeps writing"
+    );
+
     machines
         .delete("m-1", &DeleteParams::default())
         .await
