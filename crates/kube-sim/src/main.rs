@@ -1,6 +1,9 @@
 //! `kube-sim serve`: run the embedded API server as a process.
 
 use anyhow::Context;
+use capstan_runtime::cli::{CommonArgs, LogFormat};
+use capstan_runtime::shutdown::Shutdown;
+use capstan_runtime::telemetry;
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -58,31 +61,22 @@ enum Command {
         /// Serve HTTPS with a CA generated at start; the written kubeconfig carries the CA.
         #[arg(long, env = "KUBE_SIM_TLS")]
         tls: bool,
+        /// Log format, as every Capstan binary.
+        #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
+        /// Log filter (an EnvFilter directive), as every Capstan binary.
+        #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+        log_level: String,
+        /// OTLP endpoint for traces, as every Capstan binary.
+        #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+        otlp_endpoint: Option<String>,
     },
 }
 
 /// Installs the SIGTERM/SIGINT handlers (before the server announces itself, so that a signal
 /// sent right after the ready line is a clean stop) and returns a future that waits for one.
-fn termination_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    Ok(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-    })
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let Cli {
         command:
             Command::Serve {
@@ -97,9 +91,21 @@ async fn main() -> anyhow::Result<()> {
                 authorization_mode,
                 anonymous_requests,
                 tls,
+                log_format,
+                log_level,
+                otlp_endpoint,
             },
     } = Cli::parse();
-    let signal = termination_signal()?;
+    // Logs, traces and signal handling are the runtime's, as in every Capstan binary; kube-sim
+    // has no kubeconfig, admin port or lease of its own (it serves /metrics and /livez itself).
+    let telemetry_args = CommonArgs {
+        log_format,
+        log_level,
+        otlp_endpoint,
+        ..CommonArgs::default()
+    };
+    let telemetry = telemetry::init("kube-sim", &telemetry_args)?;
+    let shutdown = Shutdown::on_signals()?;
     let config = kube_sim::Config {
         addr,
         history_size: history,
@@ -135,7 +141,9 @@ async fn main() -> anyhow::Result<()> {
         }
         None => println!("kube-sim serving {}", sim.url()),
     }
-    signal.await;
+    shutdown.cancelled().await;
     sim.shutdown().await;
+    tracing::info!("kube-sim stopped");
+    telemetry.shutdown().await;
     Ok(())
 }

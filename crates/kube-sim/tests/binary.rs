@@ -30,16 +30,26 @@ fn serve_writes_a_kubeconfig_and_exits_cleanly_on_sigterm() {
         .expect("server in kubeconfig")
         .to_string();
     let addr = server.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(addr).expect("serving");
-    use std::io::{Read, Write};
-    s.write_all(b"GET /readyz HTTP/1.0\r\n\r\n")
-        .expect("request");
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).expect("response");
-    assert!(
-        resp.starts_with("HTTP/1.0 200") && resp.ends_with("ok"),
-        "{resp}"
-    );
+    let get = |path: &str| {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).expect("serving");
+        s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+            .expect("request");
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).expect("response");
+        resp
+    };
+    for probe in ["/readyz", "/livez"] {
+        let resp = get(probe);
+        assert!(
+            resp.starts_with("HTTP/1.0 200") && resp.ends_with("ok"),
+            "{probe}: {resp}"
+        );
+    }
+    // Like kube-apiserver, its own /metrics counts the requests it served.
+    let metrics = get("/metrics");
+    assert!(metrics.starts_with("HTTP/1.0 200"), "{metrics}");
+    assert!(metrics.contains("apiserver_request_total"), "{metrics}");
 
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
