@@ -204,16 +204,13 @@ impl NodeSloController {
     async fn watch_nodeslos(self: Arc<Self>) {
         let api: Api<NodeSlo> = Api::all(self.client.clone());
         let events = watcher(api, watcher::Config::default()).default_backoff();
-        let project = |slo: NodeSlo| {
-            let facts = SloFacts::from_spec(
-                &slo.spec,
-                slo.metadata.generation,
-                slo.metadata.resource_version.clone(),
-            );
-            (slo.name_any(), facts)
-        };
-        self.consume(events, &self.slos, project, SloFacts::same_for_reconcile)
-            .await;
+        self.consume(
+            events,
+            &self.slos,
+            project_slo,
+            SloFacts::same_for_reconcile,
+        )
+        .await;
     }
 
     /// Feeds a watch into a projection and queues the names that changed.
@@ -379,6 +376,9 @@ impl NodeSloController {
                     ..PostParams::default()
                 };
                 let result = api.create(&params, &NodeSlo::new(name, spec)).await;
+                if let Ok(created) = &result {
+                    self.remember_written(name, None, created);
+                }
                 (
                     "createNodeSLO",
                     result.map(drop).map_err(ReconcileError::Create),
@@ -394,6 +394,9 @@ impl NodeSloController {
                     ..PatchParams::default()
                 };
                 let result = api.patch(name, &params, &Patch::Json::<()>(patch)).await;
+                if let Ok(updated) = &result {
+                    self.remember_written(name, resource_version.as_deref(), updated);
+                }
                 (
                     "updateNodeSLO",
                     result.map(drop).map_err(ReconcileError::Update),
@@ -412,6 +415,25 @@ impl NodeSloController {
             tracing::debug!(node = %name, action = reason, "NodeSLO written");
         }
         result
+    }
+
+    /// Records what our own successful write left on the server, so that the watch event echoing
+    /// it finds nothing new and costs no second reconcile. Only when the projection still holds
+    /// the version the write was based on (`None`: no NodeSLO): if the watch has already moved
+    /// past it, the projection is newer than our write and stays as it is.
+    fn remember_written(&self, name: &str, based_on: Option<&str>, written: &NodeSlo) {
+        let mut slos = write_lock(&self.slos);
+        let unchanged_since_decision = match (based_on, slos.get(name)) {
+            (None, None) => true,
+            (Some(rv), Some(facts)) => facts.resource_version.as_deref() == Some(rv),
+            _ => false,
+        };
+        if unchanged_since_decision {
+            slos.apply(
+                watcher::Event::Apply(project_slo(written.clone())),
+                SloFacts::same_for_reconcile,
+            );
+        }
     }
 
     async fn report_invalid_bandwidth(&self, node: &str, value: &str) {
@@ -443,6 +465,15 @@ impl NodeSloController {
         };
         self.publish(&event, &reference).await;
     }
+}
+
+fn project_slo(slo: NodeSlo) -> (String, SloFacts) {
+    let facts = SloFacts::from_spec(
+        &slo.spec,
+        slo.metadata.generation,
+        slo.metadata.resource_version.clone(),
+    );
+    (slo.name_any(), facts)
 }
 
 fn project_event<K, T>(event: watcher::Event<K>, project: impl Fn(K) -> T) -> watcher::Event<T> {
