@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use sidecar_shim::bench::{BenchOptions, run as run_bench};
+use sidecar_shim::bench::{Backend, BenchOptions, run as run_bench};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -14,15 +14,24 @@ pub struct Args {
     /// Concurrent streams, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
     concurrency: Vec<usize>,
+    /// Backends to measure, comma-separated (`memory`, `kernel`). The kernel cases need
+    /// root: they run in a throw-away network namespace, and are skipped (with the
+    /// reason printed) when it cannot be created.
+    #[arg(long, value_delimiter = ',', default_value = "memory,kernel")]
+    backends: Vec<Backend>,
 }
 
 pub async fn run(args: &Args) -> Result<()> {
     let options = BenchOptions {
         duration: Duration::from_secs(args.seconds),
         concurrency: args.concurrency.clone(),
+        backends: args.backends.clone(),
         ..BenchOptions::default()
     };
     let report = run_bench(options).await?;
+    for (backend, reason) in &report.skipped {
+        eprintln!("{} cases skipped: {reason}", backend.name());
+    }
     println!("{report}");
     Ok(())
 }

@@ -2,13 +2,23 @@
 //!
 //! Each case runs one method at a given number of concurrent streams (tasks
 //! issuing unary calls back to back over one HTTP/2 connection) against the real
-//! service (memory backend) and against an empty handler on the same tonic stack
-//! (metrics layer, health service) in the same run, so the report shows the cost
-//! of the sidecar's own work as a ratio. Every loop is bounded in time and count,
-//! and all traffic stays on 127.0.0.1.
+//! service (memory or kernel backend) and against an empty handler on the same
+//! tonic stack (metrics layer, health service) in the same run, so the report
+//! shows the cost of the sidecar's own work as a ratio. Every loop is bounded in
+//! time and count, and all traffic stays on 127.0.0.1.
+//!
+//! The kernel cases run in a throw-away network namespace (see [`BenchNetns`]):
+//! `nsm0` at 10.1.1.1/24 holds the next hops, `tun0` is the tunnel. They need root
+//! and `ip` (iproute2); without them the report says why they were skipped.
+//! UpdateSliceGwConnectionContext alternates between two next-hop sets for one
+//! remote subnet, so every call really replaces one kernel route and the table
+//! never grows.
 
 use std::fmt;
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use capstan_proto::router::slice_router_sidecar_service_client::SliceRouterSidecarServiceClient;
@@ -23,10 +33,13 @@ use tokio::sync::oneshot;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
+use crate::backend::BackendError;
+use crate::gw::kernel::KernelGw;
 use crate::gw::memory::{MemoryGw, MemoryGwStatus, MemoryTunnel};
 use crate::gw::{GwSidecar, PeerConfig, PodIdentity};
 use crate::metrics::GrpcMetrics;
 use crate::router::RouterSidecar;
+use crate::router::kernel::KernelRouter;
 use crate::router::memory::MemoryRouter;
 
 /// What to run.
@@ -39,6 +52,8 @@ pub struct BenchOptions {
     pub concurrency: Vec<usize>,
     /// Upper bound of calls per case, whatever the duration.
     pub max_requests: usize,
+    /// Backends to measure, in this order.
+    pub backends: Vec<Backend>,
 }
 
 impl Default for BenchOptions {
@@ -48,6 +63,41 @@ impl Default for BenchOptions {
             warmup: Duration::from_millis(300),
             concurrency: vec![1, 16, 64],
             max_requests: 2_000_000,
+            backends: Backend::ALL.to_vec(),
+        }
+    }
+}
+
+/// Which sidecar backend serves the measured calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// In-process route table and status.
+    Memory,
+    /// Netlink and tc in a throw-away network namespace.
+    Kernel,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 2] = [Backend::Memory, Backend::Kernel];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Kernel => "kernel",
+        }
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "memory" => Ok(Backend::Memory),
+            "kernel" => Ok(Backend::Kernel),
+            other => Err(format!(
+                "unknown backend {other:?} (expected memory or kernel)"
+            )),
         }
     }
 }
@@ -89,6 +139,7 @@ pub struct Measurement {
 /// One method at one concurrency, against the sidecar and the empty handler.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CaseResult {
+    pub backend: Backend,
     pub method: Method,
     pub concurrency: usize,
     pub sidecar: Measurement,
@@ -119,18 +170,24 @@ fn ratio(a: f64, b: f64) -> f64 {
 pub struct Report {
     pub options_duration: Duration,
     pub cases: Vec<CaseResult>,
+    /// Backends that were asked for but could not run, with the reason.
+    pub skipped: Vec<(Backend, String)>,
 }
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "sidecar gRPC benchmark (memory backends, 127.0.0.1, {:?} per case; ratios are sidecar / empty handler)",
+            "sidecar gRPC benchmark (127.0.0.1, {:?} per case; ratios are sidecar / empty handler)",
             self.options_duration
         )?;
+        for (backend, reason) in &self.skipped {
+            writeln!(f, "{} cases skipped: {reason}", backend.name())?;
+        }
         writeln!(
             f,
-            "{:<32} {:>7} {:>11} {:>9} {:>9} {:>11} {:>9} {:>9} {:>7} {:>7} {:>7}",
+            "{:<7} {:<32} {:>7} {:>11} {:>9} {:>9} {:>11} {:>9} {:>9} {:>7} {:>7} {:>7}",
+            "backend",
             "method",
             "streams",
             "req/s",
@@ -146,7 +203,8 @@ impl fmt::Display for Report {
         for case in &self.cases {
             writeln!(
                 f,
-                "{:<32} {:>7} {:>11.0} {:>9} {:>9} {:>11.0} {:>9} {:>9} {:>7.2} {:>7.2} {:>7.2}",
+                "{:<7} {:<32} {:>7} {:>11.0} {:>9} {:>9} {:>11.0} {:>9} {:>9} {:>7.2} {:>7.2} {:>7.2}",
+                case.backend.name(),
                 case.method.name(),
                 case.concurrency,
                 case.sidecar.requests_per_sec,
@@ -281,8 +339,23 @@ pub enum BenchError {
     Server(#[from] std::io::Error),
 }
 
-/// Runs every method at every concurrency in `options`.
-pub async fn run(options: BenchOptions) -> Result<Report, BenchError> {
+/// The sidecar servers of one backend, plus what must outlive them.
+struct Sidecars {
+    router: BenchServer,
+    gw: BenchServer,
+    /// Deleted after the servers stop (fields drop in declaration order).
+    _netns: Option<BenchNetns>,
+}
+
+fn gw_identity() -> PodIdentity {
+    PodIdentity {
+        node_ip: "192.0.2.10".into(),
+        pod_ip: "10.244.1.7".into(),
+        pod_name: "gw-bench-0".into(),
+    }
+}
+
+async fn memory_sidecars() -> Result<Sidecars, BenchError> {
     let router_backend = Arc::new(MemoryRouter::default());
     let router = start(RouterSidecar::new(router_backend).into_server()).await?;
     let gw_backend = Arc::new(MemoryGw::new(MemoryGwStatus {
@@ -294,13 +367,43 @@ pub async fn run(options: BenchOptions) -> Result<Report, BenchError> {
             ..MemoryTunnel::default()
         }),
     }));
-    let identity = PodIdentity {
-        node_ip: "192.0.2.10".into(),
-        pod_ip: "10.244.1.7".into(),
-        pod_name: "gw-bench-0".into(),
-    };
-    let gw =
-        start(GwSidecar::new(gw_backend, identity, PeerConfig::default()).into_server()).await?;
+    let gw = start(GwSidecar::new(gw_backend, gw_identity(), PeerConfig::default()).into_server())
+        .await?;
+    Ok(Sidecars {
+        router,
+        gw,
+        _netns: None,
+    })
+}
+
+/// Kernel sidecars in a fresh namespace, or why that is impossible here.
+async fn kernel_sidecars() -> Result<Sidecars, String> {
+    let netns = BenchNetns::create()?;
+    let path = netns.path();
+    let router_backend =
+        KernelRouter::connect(Some(&path)).map_err(|e: BackendError| e.to_string())?;
+    let gw_backend = KernelGw::connect(Some(&path), Duration::from_secs(1))
+        .map_err(|e: BackendError| e.to_string())?;
+    let router = start(RouterSidecar::new(Arc::new(router_backend)).into_server())
+        .await
+        .map_err(|e| e.to_string())?;
+    let gw = start(
+        GwSidecar::new(Arc::new(gw_backend), gw_identity(), PeerConfig::default()).into_server(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    Ok(Sidecars {
+        router,
+        gw,
+        _netns: Some(netns),
+    })
+}
+
+/// Runs every method at every concurrency in `options`, for each backend in it.
+///
+/// A kernel backend that cannot run (not root, no iproute2) is listed in
+/// [`Report::skipped`] with the reason instead of failing the whole run.
+pub async fn run(options: BenchOptions) -> Result<Report, BenchError> {
     let empty_router = start(capstan_proto::router::slice_router_sidecar_service_server::SliceRouterSidecarServiceServer::new(EmptyHandler)).await?;
     let empty_gw = start(
         capstan_proto::sidecar::gw_sidecar_service_server::GwSidecarServiceServer::new(
@@ -309,35 +412,147 @@ pub async fn run(options: BenchOptions) -> Result<Report, BenchError> {
     )
     .await?;
 
-    // GetRouteInKernel asks about a route that exists.
-    let mut setup = SliceRouterSidecarServiceClient::new(router.channel.clone());
-    if let Err(status) = setup.update_slice_gw_connection_context(context(0)).await {
-        tracing::warn!(%status, "bench setup failed");
-    }
-
     let mut cases = Vec::new();
-    for method in Method::ALL {
-        for &concurrency in &options.concurrency {
-            let (real, empty) = match method {
-                Method::GetStatus => (&gw, &empty_gw),
-                Method::GetRouteInKernel | Method::UpdateSliceGwConnectionContext => {
-                    (&router, &empty_router)
+    let mut skipped = Vec::new();
+    for &backend in &options.backends {
+        let sidecars = match backend {
+            Backend::Memory => memory_sidecars().await?,
+            Backend::Kernel => match kernel_sidecars().await {
+                Ok(sidecars) => sidecars,
+                Err(reason) => {
+                    tracing::warn!(%reason, "kernel cases skipped");
+                    skipped.push((backend, reason));
+                    continue;
                 }
-            };
-            let sidecar = measure(method, concurrency, real.channel.clone(), &options).await;
-            let empty = measure(method, concurrency, empty.channel.clone(), &options).await;
-            cases.push(CaseResult {
-                method,
-                concurrency,
-                sidecar,
-                empty,
-            });
+            },
+        };
+
+        // GetRouteInKernel asks about a route that exists.
+        let mut setup = SliceRouterSidecarServiceClient::new(sidecars.router.channel.clone());
+        if let Err(status) = setup.update_slice_gw_connection_context(context(0)).await {
+            tracing::warn!(%status, backend = backend.name(), "bench setup failed");
+        }
+
+        for method in Method::ALL {
+            for &concurrency in &options.concurrency {
+                let (real, empty) = match method {
+                    Method::GetStatus => (&sidecars.gw, &empty_gw),
+                    Method::GetRouteInKernel | Method::UpdateSliceGwConnectionContext => {
+                        (&sidecars.router, &empty_router)
+                    }
+                };
+                let sidecar = measure(method, concurrency, real.channel.clone(), &options).await;
+                let empty = measure(method, concurrency, empty.channel.clone(), &options).await;
+                cases.push(CaseResult {
+                    backend,
+                    method,
+                    concurrency,
+                    sidecar,
+                    empty,
+                });
+            }
         }
     }
     Ok(Report {
         options_duration: options.duration,
         cases,
+        skipped,
     })
+}
+
+/// A network namespace for the kernel cases, deleted on drop (also when the run fails).
+#[derive(Debug)]
+pub struct BenchNetns {
+    name: String,
+}
+
+static NETNS_COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+impl BenchNetns {
+    /// Creates the namespace with `lo`, `nsm0` (10.1.1.1/24, holding the next hops
+    /// 10.1.1.2 and 10.1.1.3) and `tun0` (10.8.0.1 -> 10.8.0.2), all up.
+    pub fn create() -> Result<Self, String> {
+        if !is_root() {
+            return Err("network namespaces need root".into());
+        }
+        let name = format!(
+            "capstan-bench{}-{}",
+            std::process::id(),
+            NETNS_COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
+        run_ip(&["netns", "add", &name])?;
+        // From here on, drop deletes the namespace whatever fails next.
+        let netns = Self { name };
+        netns.ip(&["link", "set", "lo", "up"])?;
+        netns.ip(&[
+            "link",
+            "add",
+            "nsm0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "nsm0-peer",
+        ])?;
+        netns.ip(&["addr", "add", "10.1.1.1/24", "dev", "nsm0"])?;
+        netns.ip(&["link", "set", "nsm0", "up"])?;
+        netns.ip(&["link", "set", "nsm0-peer", "up"])?;
+        netns.ip(&["tuntap", "add", "dev", "tun0", "mode", "tun"])?;
+        netns.ip(&["addr", "add", "10.8.0.1", "peer", "10.8.0.2", "dev", "tun0"])?;
+        netns.ip(&["link", "set", "tun0", "up"])?;
+        Ok(netns)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from("/run/netns").join(&self.name)
+    }
+
+    fn ip(&self, args: &[&str]) -> Result<(), String> {
+        let mut full = vec!["-n", self.name.as_str()];
+        full.extend_from_slice(args);
+        run_ip(&full)
+    }
+}
+
+impl Drop for BenchNetns {
+    fn drop(&mut self) {
+        if let Err(error) = run_ip(&["netns", "del", &self.name]) {
+            tracing::warn!(%error, netns = %self.name, "deleting the bench namespace failed");
+        }
+    }
+}
+
+fn run_ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|error| format!("cannot run `ip` (iproute2): {error}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`ip {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Effective uid 0, read from procfs (no libc call needed).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|line| line.starts_with("Uid:"))
+                .and_then(|line| line.split_whitespace().nth(2).map(|euid| euid == "0"))
+        })
+        .unwrap_or(false)
 }
 
 /// Alternating next-hop sets, so that every update really replaces the route.
@@ -461,6 +676,16 @@ mod tests {
         assert_eq!(percentile(&[], 50), Duration::ZERO);
     }
 
+    #[test]
+    fn backends_parse_from_their_names() {
+        for backend in Backend::ALL {
+            assert_eq!(backend.name().parse::<Backend>(), Ok(backend));
+        }
+        assert!("tc".parse::<Backend>().is_err());
+    }
+
+    /// Memory cases always; kernel cases when this process may create a namespace
+    /// (root), otherwise the report must say why they were skipped.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_short_run_reports_every_case() {
         let options = BenchOptions {
@@ -468,9 +693,34 @@ mod tests {
             warmup: Duration::from_millis(10),
             concurrency: vec![1, 4],
             max_requests: 500,
+            backends: Backend::ALL.to_vec(),
         };
         let report = run(options).await.expect("bench runs");
-        assert_eq!(report.cases.len(), 6);
+        let text = report.to_string();
+        println!("{text}");
+        let kernel_ran = if is_root() {
+            assert!(report.skipped.is_empty(), "{text}");
+            true
+        } else {
+            println!("SKIP kernel cases of a_short_run_reports_every_case: not root");
+            assert_eq!(report.skipped.len(), 1, "{text}");
+            assert_eq!(report.skipped[0].0, Backend::Kernel);
+            assert!(text.contains("kernel cases skipped: "), "{text}");
+            false
+        };
+        for backend in Backend::ALL {
+            let count = report
+                .cases
+                .iter()
+                .filter(|case| case.backend == backend)
+                .count();
+            let expected = if backend == Backend::Kernel && !kernel_ran {
+                0
+            } else {
+                6
+            };
+            assert_eq!(count, expected, "{backend:?}: {text}");
+        }
         for case in &report.cases {
             assert!(
                 case.sidecar.requests > 0 && case.empty.requests > 0,
@@ -479,12 +729,41 @@ mod tests {
             assert!(case.sidecar.requests <= 500, "bounded by max_requests");
             assert_eq!(case.sidecar.errors + case.empty.errors, 0, "{case:?}");
             assert!(case.sidecar.p50 <= case.sidecar.p99);
-            assert!(case.throughput_ratio() > 0.0);
+            assert!(case.throughput_ratio() > 0.0, "{case:?}");
+            assert!(case.p50_ratio() > 0.0, "{case:?}");
         }
-        let text = report.to_string();
-        println!("{text}");
         for method in Method::ALL {
             assert!(text.contains(method.name()), "{text}");
         }
+    }
+
+    /// The kernel cases leave nothing behind: the namespace is gone after drop.
+    #[test]
+    fn the_bench_namespace_is_deleted_on_drop() {
+        if !is_root() {
+            println!("SKIP the_bench_namespace_is_deleted_on_drop: not root");
+            return;
+        }
+        let netns = match BenchNetns::create() {
+            Ok(netns) => netns,
+            Err(reason) => {
+                println!("SKIP the_bench_namespace_is_deleted_on_drop: {reason}");
+                return;
+            }
+        };
+        let path = netns.path();
+        assert!(path.exists(), "{} exists while in use", path.display());
+        let links = Command::new("ip")
+            .args(["-n", netns.name(), "-br", "addr"])
+            .output()
+            .expect("run ip");
+        let links = String::from_utf8_lossy(&links.stdout);
+        assert!(
+            links.contains("nsm0") && links.contains("10.1.1.1/24"),
+            "{links}"
+        );
+        assert!(links.contains("tun0"), "{links}");
+        drop(netns);
+        assert!(!path.exists(), "{} deleted on drop", path.display());
     }
 }
