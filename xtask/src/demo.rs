@@ -10,6 +10,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use capstan_apis::machine::{Machine, MachineClass, MachinePhase};
 use capstan_apis::slo::NodeSlo;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -44,7 +45,7 @@ impl Args {
 /// The binaries the demo runs against kube-sim, with their own flags.
 const COMPONENTS: &[(&str, &[&str])] = &[
     ("nodeslo-controller", &[]),
-    ("machineclass-controller", &[]),
+    ("machineclass-controller", &["--sim-ready-delay", "1s"]),
     ("gw-recycler", &["--role", "server"]),
     (
         "router-sidecar",
@@ -122,7 +123,8 @@ async fn run_async(args: &Args) -> Result<()> {
                 processes.push(process);
             }
             let table = wait_for_nodeslos(&client).await?;
-            print_guide(&kubeconfig, &dir, &processes, &table);
+            let node = wait_for_machine(&client).await?;
+            print_guide(&kubeconfig, &dir, &processes, &table, &node);
             if !args.smoke {
                 println!("\nRunning. Ctrl-C stops everything.");
                 tokio::signal::ctrl_c()
@@ -276,7 +278,55 @@ async fn seed(client: &kube::Client) -> Result<()> {
         "data": {"resource-threshold-config": threshold.to_string()}
     });
     config.create(&pp, &serde_json::from_value(cm)?).await?;
+
+    // A MachineClass with its Secret and one Machine, created by the simulated provider.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), "default");
+    let secret = json!({"metadata": {"name": "demo-cloud", "namespace": "default"}, "data": {"userData": "Y2xvdWQtaW5pdA=="}});
+    secrets
+        .create(&pp, &serde_json::from_value(secret)?)
+        .await?;
+    let classes: Api<MachineClass> = Api::namespaced(client.clone(), "default");
+    let class = json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineClass",
+        "metadata": {"name": "demo-class", "namespace": "default"},
+        "provider": "simulated", "providerSpec": {"image": "demo"},
+        "secretRef": {"name": "demo-cloud", "namespace": "default"},
+        "nodeTemplate": {"capacity": {"cpu": "2", "gpu": "0", "memory": "8Gi"},
+                         "instanceType": "sim.large", "region": "sim-1", "zone": "sim-1a"}
+    });
+    classes.create(&pp, &serde_json::from_value(class)?).await?;
+    let machines: Api<Machine> = Api::namespaced(client.clone(), "default");
+    let machine = json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
+        "metadata": {"name": DEMO_MACHINE, "namespace": "default", "labels": {"name": "demo-deployment"}},
+        "spec": {"class": {"kind": "MachineClass", "name": "demo-class"}}
+    });
+    machines
+        .create(&pp, &serde_json::from_value(machine)?)
+        .await?;
     Ok(())
+}
+
+const DEMO_MACHINE: &str = "demo-machine-0";
+
+/// Waits until the demo Machine is Running (its VM created and its Node Ready).
+async fn wait_for_machine(client: &kube::Client) -> Result<String> {
+    let machines: Api<Machine> = Api::namespaced(client.clone(), "default");
+    let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+    loop {
+        let machine = machines.get(DEMO_MACHINE).await?;
+        if machine.phase() == Some(&MachinePhase::Running) {
+            return Ok(machine.node_name().unwrap_or_default().to_string());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "Machine {DEMO_MACHINE} not Running: {:?} (see machineclass-controller.log)",
+                machine.status
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Waits until every demo node has its NodeSLO with the expected threshold; returns the table.
@@ -309,7 +359,13 @@ async fn wait_for_nodeslos(client: &kube::Client) -> Result<Vec<(String, i64)>> 
     }
 }
 
-fn print_guide(kubeconfig: &Path, dir: &Path, processes: &[Process], table: &[(String, i64)]) {
+fn print_guide(
+    kubeconfig: &Path,
+    dir: &Path,
+    processes: &[Process],
+    table: &[(String, i64)],
+    machine_node: &str,
+) {
     println!("\nCapstan demo is up.\n");
     println!("  export KUBECONFIG={}", kubeconfig.display());
     println!("  kubectl get nodes,nodeslos");
@@ -323,6 +379,14 @@ fn print_guide(kubeconfig: &Path, dir: &Path, processes: &[Process], table: &[(S
     for (name, percent) in table {
         println!("  {name:<10} {percent}");
     }
+    println!("\nMachine {DEMO_MACHINE} is Running on Node {machine_node} (simulated provider):");
+    println!("  kubectl get machineclasses,machines");
+    println!(
+        "  kubectl delete machineclass demo-class      # blocked while the machine uses it (see its Events)"
+    );
+    println!(
+        "  kubectl delete machine {DEMO_MACHINE}       # drains and removes its Node, then the class can go"
+    );
     println!(
         "\nComponents (admin: /metrics /livez /readyz; logs in {}):",
         dir.display()

@@ -100,6 +100,7 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<()> {
         .await?;
 
     let writes_before = cluster.writes();
+    let requests_before = cluster.sim.requests();
     let converged = wait_for_percent(&cluster, n, 65);
     let started = Instant::now();
     let kubeconfig = cluster.kubeconfig.to_string_lossy().into_owned();
@@ -120,6 +121,7 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<()> {
     converged.flatten().await?;
     let controller_create = started.elapsed();
     let create_writes = cluster.writes() - writes_before;
+    let create_requests = cluster.sim.requests().since(&requests_before);
 
     // A config change that reaches every NodeSLO.
     let configs: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "koordinator-system");
@@ -129,11 +131,13 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<()> {
     }))?;
     let updated = wait_for_percent(&cluster, n, 42);
     let writes_before = cluster.writes();
+    let requests_before = cluster.sim.requests();
     let started = Instant::now();
     configs.create(&PostParams::default(), &cm).await?;
     updated.flatten().await?;
     let controller_update = started.elapsed();
     let update_writes = cluster.writes() - writes_before - 1;
+    let update_requests = cluster.sim.requests().since(&requests_before);
 
     // Steady state: nothing changes, nothing is written.
     let writes_before = cluster.writes();
@@ -167,6 +171,23 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<()> {
         per_node(update_writes),
         "target 1",
     );
+    // Every request kube-sim served in the phase (the bench's own completion watch and ConfigMap
+    // create included: a constant 2-3), by verb.
+    for (phase, requests) in [
+        ("create", &create_requests),
+        ("config change", &update_requests),
+    ] {
+        let gets = requests.count_where(|k| k.verb == "get");
+        report.row(
+            format!("API requests per node on {phase}"),
+            per_node(requests.total()),
+            format!(
+                "{} in all, {gets} GETs; by verb: {}",
+                requests.total(),
+                verbs(requests)
+            ),
+        );
+    }
     report.row(
         "writes in 3 s of steady state",
         steady_writes.to_string(),
@@ -202,6 +223,18 @@ fn spec_with_threshold(percent: Option<i64>) -> Result<NodeSloSpec> {
         nodeslo_core::Decision::Create(spec) => Ok(spec),
         other => bail!("unexpected decision {other:?}"),
     }
+}
+
+fn verbs(requests: &kube_sim::accounting::RequestStats) -> String {
+    let mut by_verb: BTreeMap<&str, u64> = BTreeMap::new();
+    for (key, count) in &requests.counts {
+        *by_verb.entry(key.verb.as_str()).or_default() += count;
+    }
+    by_verb
+        .iter()
+        .map(|(verb, count)| format!("{verb} {count}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn node_name(i: usize) -> String {
