@@ -155,14 +155,20 @@ impl NodeSloController {
                 .await;
         };
         let mut work = std::pin::pin!(work);
-        tokio::select! {
-            _ = watches => tracing::error!("watches ended unexpectedly"),
-            () = shutdown.cancelled() => {}
-            () = &mut work => {}
-        }
+        let work_done = tokio::select! {
+            _ = watches => {
+                tracing::error!("watches ended unexpectedly");
+                false
+            }
+            () = shutdown.cancelled() => false,
+            // Only when stopped before the caches synced or before leading: nothing to drain.
+            () = &mut work => true,
+        };
         // Drain: no new reconcile starts, the running ones finish.
         self.queue.shutdown();
-        work.await;
+        if !work_done {
+            work.await;
+        }
     }
 
     fn nodes_len(&self) -> usize {
