@@ -151,8 +151,8 @@ fn watch_gone(query: Option<&str>) -> Response {
     r
 }
 
-/// Ends a watch stream after `max_events` chunks (one event each), after `max_age`, or when the
-/// testbed cuts watches.
+/// Ends a watch stream after `max_events` events (lines; a chunk may carry several), after
+/// `max_age`, or when the testbed cuts watches.
 fn limit_watch(
     resp: Response,
     max_events: Option<u64>,
@@ -185,15 +185,34 @@ fn limit_watch(
                 None => futures::future::pending::<()>().await,
             }
         };
-        let item = tokio::select! {
+        let mut item = tokio::select! {
             item = st.stream.next() => item,
             _ = expire => None,
             _ = st.cut.changed() => None,
         }?;
-        st.sent += 1;
+        if let (Some(max), Ok(chunk)) = (st.max_events, &mut item) {
+            *chunk = first_lines(chunk, max - st.sent);
+            st.sent += chunk.iter().filter(|b| **b == b'\n').count() as u64;
+        } else {
+            st.sent += 1;
+        }
         Some((item, st))
     });
     Response::from_parts(parts, Body::from_stream(limited))
+}
+
+/// At most the first `n` newline-terminated lines of a chunk.
+fn first_lines(chunk: &Bytes, n: u64) -> Bytes {
+    let mut seen = 0;
+    for (i, b) in chunk.iter().enumerate() {
+        if *b == b'\n' {
+            seen += 1;
+            if seen == n {
+                return chunk.slice(..=i);
+            }
+        }
+    }
+    chunk.clone()
 }
 
 async fn admin(tb: &Testbed, method: &Method, path: &str, body: Bytes) -> Response {
@@ -569,5 +588,21 @@ impl crate::KubeSim {
     /// The next `n` watch resumptions (watches with a resourceVersion) get `410 Gone`.
     pub fn force_watch_gone(&self, n: u32) {
         self.testbed.faults.force_watch_gone(n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watch_event_limit_counts_lines_not_chunks() {
+        let chunk = Bytes::from_static(b"{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n");
+        assert_eq!(first_lines(&chunk, 1), Bytes::from_static(b"{\"a\":1}\n"));
+        assert_eq!(
+            first_lines(&chunk, 2),
+            Bytes::from_static(b"{\"a\":1}\n{\"b\":2}\n")
+        );
+        assert_eq!(first_lines(&chunk, 5), chunk);
     }
 }

@@ -34,7 +34,8 @@ impl WatchFilter {
         self.labels.matches(obj) && self.fields.matches(obj)
     }
 
-    fn line(&self, type_: &str, obj: &Value) -> Bytes {
+    /// Appends one `{"type","object"}` line for `obj`, converted and tabled as asked.
+    fn line_into(&self, type_: &str, obj: &Value, out: &mut Vec<u8>) {
         let obj = if self.table {
             to_table(
                 &self.info,
@@ -46,54 +47,57 @@ impl WatchFilter {
         } else if crate::convert::needs_conversion(&self.info, obj) {
             crate::convert::from_storage(&self.info, obj)
         } else {
-            return self.raw_line(
-                type_,
-                &Bytes::from(serde_json::to_vec(obj).unwrap_or_default()),
-            );
+            Self::raw_line_into(type_, out, |out| {
+                let _ = serde_json::to_writer(&mut *out, obj);
+            });
+            return;
         };
-        let mut out =
-            serde_json::to_vec(&json!({"type": type_, "object": obj})).unwrap_or_default();
+        let _ = serde_json::to_writer(&mut *out, &json!({"type": type_, "object": obj}));
         out.push(b'\n');
-        Bytes::from(out)
     }
 
-    fn raw_line(&self, type_: &str, object_json: &Bytes) -> Bytes {
-        let mut out = Vec::with_capacity(object_json.len() + 32);
+    fn raw_line_into(type_: &str, out: &mut Vec<u8>, object: impl FnOnce(&mut Vec<u8>)) {
         out.extend_from_slice(b"{\"type\":\"");
         out.extend_from_slice(type_.as_bytes());
         out.extend_from_slice(b"\",\"object\":");
-        out.extend_from_slice(object_json);
+        object(out);
         out.extend_from_slice(b"}\n");
-        Bytes::from(out)
     }
 
-    /// The line for an event, applying selectors (leaving the selector is a DELETED).
-    pub fn render(&self, ev: &Event) -> Option<Bytes> {
+    /// Appends the line for an event to `out`, applying selectors (leaving the selector is a
+    /// DELETED); returns whether the watcher sees the event at all.
+    pub fn render_into(&self, ev: &Event, out: &mut Vec<u8>) -> bool {
         if !self.info.stored_under(&ev.key) {
-            return None;
+            return false;
         }
         let now = self.matches(&ev.object);
         let before = ev.prev.as_deref().map(|p| self.matches(p));
         let type_ = match (ev.type_, before, now) {
             (EventType::Deleted, Some(true), _) => EventType::Deleted,
-            (EventType::Deleted, _, _) => return None,
+            (EventType::Deleted, _, _) => return false,
             (EventType::Added, _, true) => EventType::Added,
             (EventType::Modified, Some(true), true) => EventType::Modified,
             (EventType::Modified, Some(false) | None, true) => EventType::Added,
             (EventType::Modified, Some(true), false) => {
                 let mut prev = ev.prev.as_deref().cloned().unwrap_or_default();
                 prev["metadata"]["resourceVersion"] = json!(ev.rv.to_string());
-                return Some(self.line("DELETED", &prev));
+                self.line_into("DELETED", &prev, out);
+                return true;
             }
-            _ => return None,
+            _ => return false,
         };
         let same_version = ev.object["apiVersion"]
             .as_str()
             .is_some_and(|av| self.info.is_api_version(av));
         if self.table || !same_version {
-            return Some(self.line(type_.as_str(), &ev.object));
+            self.line_into(type_.as_str(), &ev.object, out);
+        } else {
+            // The object's JSON is shared by every watcher: serialized once, copied here.
+            Self::raw_line_into(type_.as_str(), out, |out| {
+                out.extend_from_slice(ev.object_json());
+            });
         }
-        Some(self.raw_line(type_.as_str(), ev.object_json()))
+        true
     }
 
     fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
@@ -135,10 +139,36 @@ struct WatchState {
     rx: broadcast::Receiver<Arc<Event>>,
     filter: WatchFilter,
     last_rv: u64,
-    deadline: Instant,
+    /// Created once: a timer per event would cost more than the event.
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
     bookmarks: Option<tokio::time::Interval>,
     ends: Ends,
     finished: bool,
+}
+
+/// A watch chunk grows up to about this size before it is sent.
+const BATCH_BYTES: usize = 64 * 1024;
+
+fn flush(batch: &mut Vec<u8>, pending: &mut VecDeque<Bytes>) {
+    if !batch.is_empty() {
+        pending.push_back(Bytes::from(std::mem::take(batch)));
+    }
+}
+
+fn flush_full(batch: &mut Vec<u8>, pending: &mut VecDeque<Bytes>) {
+    if batch.len() >= BATCH_BYTES {
+        flush(batch, pending);
+    }
+}
+
+impl WatchState {
+    /// Renders a live event unless it was already covered by the initial events.
+    fn take(&mut self, ev: &Event, batch: &mut Vec<u8>) {
+        if ev.rv > self.last_rv {
+            self.last_rv = ev.rv;
+            self.filter.render_into(ev, batch);
+        }
+    }
 }
 
 /// Starts a watch under the cluster lock: the initial events are computed and the live
@@ -155,14 +185,17 @@ pub fn start(
     let mut finished = false;
     let rv_param = req.resource_version.as_deref().unwrap_or("");
     let snapshot = |pending: &mut VecDeque<Bytes>| {
+        let mut batch = Vec::new();
         for (_, obj) in cluster
             .store
             .list(&filter.info.storage_key(), filter.namespace.as_deref())
         {
             if filter.matches(obj) {
-                pending.push_back(filter.line("ADDED", &Cluster::present(&filter.info, obj)));
+                filter.line_into("ADDED", &Cluster::present(&filter.info, obj), &mut batch);
+                flush_full(&mut batch, pending);
             }
         }
+        flush(&mut batch, pending);
     };
     if req.send_initial_events {
         snapshot(&mut pending);
@@ -174,7 +207,14 @@ pub fn start(
             ApiError::bad_request(format!("invalid resource version: \"{rv_param}\""))
         })?;
         match cluster.store.events_since(rv) {
-            Ok(events) => pending.extend(events.iter().filter_map(|e| filter.render(e))),
+            Ok(events) => {
+                let mut batch = Vec::new();
+                for event in &events {
+                    filter.render_into(event, &mut batch);
+                    flush_full(&mut batch, &mut pending);
+                }
+                flush(&mut batch, &mut pending);
+            }
             Err(oldest) => {
                 pending.push_back(error_line(&ApiError::gone(format!(
                     "too old resource version: {rv} ({})",
@@ -197,7 +237,7 @@ pub fn start(
         rx,
         filter,
         last_rv: now_rv,
-        deadline: Instant::now() + req.timeout,
+        deadline: Box::pin(tokio::time::sleep(req.timeout)),
         bookmarks,
         ends,
         finished,
@@ -235,7 +275,7 @@ pub fn start(
                 tokio::select! {
                     _ = ends.shutdown.cancelled() => Next::Stop,
                     _ = ends.epoch.changed() => Next::Expired,
-                    _ = tokio::time::sleep_until(*deadline) => Next::Stop,
+                    _ = deadline.as_mut() => Next::Stop,
                     _ = tick => Next::Bookmark,
                     r = rx.recv() => Next::Event(r),
                 }
@@ -256,11 +296,24 @@ pub fn start(
                     st.pending.push_back(line);
                 }
                 Next::Event(Ok(ev)) => {
-                    if ev.rv > st.last_rv {
-                        st.last_rv = ev.rv;
-                        if let Some(line) = st.filter.render(&ev) {
-                            st.pending.push_back(line);
+                    // Everything already published goes out in one chunk: one write and one
+                    // wake-up per batch instead of per event.
+                    let mut batch = Vec::new();
+                    st.take(&ev, &mut batch);
+                    while batch.len() < BATCH_BYTES {
+                        match st.rx.try_recv() {
+                            Ok(ev) => st.take(&ev, &mut batch),
+                            Err(broadcast::error::TryRecvError::Empty) => break,
+                            // Lagged: send what is in order, then close; the client resumes
+                            // from its last resourceVersion. Closed: the server is stopping.
+                            Err(_) => {
+                                st.finished = true;
+                                break;
+                            }
                         }
+                    }
+                    if !batch.is_empty() {
+                        return Some((Ok(Bytes::from(batch)), st));
                     }
                 }
                 // A watcher too slow to keep up is closed; the client resumes from its last RV.
