@@ -163,7 +163,8 @@ pub async fn run(args: &Args) -> Result<()> {
             let due = start_at + interval.mul_f64(i as f64);
             async move {
                 tokio::time::sleep_until(due).await;
-                let patch = json!({"data": {"round": i.to_string()}});
+                // Round i + 1: every patch changes the object (all start at round 0), so each one is an event.
+                let patch = json!({"data": {"round": (i + 1).to_string()}});
                 let name = format!("cm-{:05}", i % n);
                 api.patch(
                     &name,
