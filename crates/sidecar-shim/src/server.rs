@@ -13,8 +13,8 @@ use capstan_runtime::cli::CommonArgs;
 use capstan_runtime::shutdown::Shutdown;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::server::NamedService;
+use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 use crate::metrics::{GrpcMetrics, GrpcMetricsLayer};
@@ -113,7 +113,12 @@ where
         .layer(GrpcMetricsLayer::new(metrics, known))
         .add_service(health_service)
         .add_service(service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        // Small unary replies: without TCP_NODELAY, Nagle meets the client's delayed ACK and a
+        // reply can wait ~40 ms.
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown,
+        )
         .await
 }
 
