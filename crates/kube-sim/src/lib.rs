@@ -11,12 +11,17 @@
 //! # Ok(()) }
 //! ```
 //!
-//! How a request flows: `http` parses the URL as kube-apiserver's RequestInfo does, looks the
-//! resource up in the `registry` (built-ins plus CRDs), and runs the verb in `cluster` under one
-//! lock: `schema` (CRD pruning/defaulting/validation), `defaults` (built-in kinds), `patch`
-//! (JSON, merge, strategic), `apply` (server-side apply and managedFields), `convert` (served
-//! version <-> storage), then `store` (one resourceVersion counter, event history, broadcast to
-//! watches). Errors are `error::ApiError`, rendered as kube-apiserver's `Status`.
+//! How a request flows: `server` runs an axum router whose `testbed` middleware parses the URL
+//! once into a `request_info::RequestInfo` (kube-apiserver's), authenticates (`auth`),
+//! authorizes (`rbac`), counts (`accounting`) and injects faults (`faults`); `http` then serves
+//! discovery and OpenAPI or looks the resource up in the `registry` (built-ins plus CRDs) and runs
+//! the verb in `cluster` under the lock in `shared`: `schema` (CRD pruning/defaulting/
+//! validation), `defaults` (built-in kinds), `patch` (JSON, merge, strategic), `apply`
+//! (server-side apply and managedFields), `convert` (served version <-> storage), then `store`
+//! (one resourceVersion counter, event history, broadcast to watches; `persistence` logs each
+//! event first when there is a data directory). `workloads` reacts to store events as the
+//! controllers and kubelet would. Errors are `error::ApiError`, rendered as kube-apiserver's
+//! `Status`.
 
 pub mod accounting;
 pub mod apply;
@@ -36,6 +41,7 @@ pub mod request_info;
 pub mod schema;
 pub mod selectors;
 mod server;
+pub mod shared;
 pub mod store;
 pub mod testbed;
 pub mod tls;

@@ -231,7 +231,7 @@ pub fn review_request(spec: &Value) -> RequestInfo {
             resource: s("resource"),
             subresource: s("subresource"),
             name: s("name"),
-            path: String::new(),
+            ..Default::default()
         };
     }
     let n = &spec["nonResourceAttributes"];

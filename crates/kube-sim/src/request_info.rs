@@ -16,6 +16,9 @@ pub struct RequestInfo {
     pub subresource: String,
     pub name: String,
     pub path: String,
+    /// The path from the resource on (`resource`, `name`, `subresource`, anything after), as
+    /// kube-apiserver's `RequestInfo.Parts`; the router refuses what it does not serve.
+    pub parts: Vec<String>,
 }
 
 impl RequestInfo {
@@ -51,6 +54,7 @@ impl RequestInfo {
                 rest = &rest[2..];
             }
         }
+        info.parts = rest.iter().map(|p| p.to_string()).collect();
         match rest {
             [resource] => info.resource = resource.to_string(),
             [resource, name] => {
@@ -64,6 +68,7 @@ impl RequestInfo {
             }
             [] => return non_resource(),
         }
+        // A Namespace's own namespace is its name (`/api/v1/namespaces/x` and `.../x/status`).
         if info.resource == "namespaces" && group.is_empty() {
             info.namespace = info.name.clone();
         }
@@ -205,6 +210,43 @@ mod tests {
         );
         assert_eq!((i.verb.as_str(), i.namespace.as_str()), ("list", ""));
         assert!(i.is_resource_request && !i.is_write());
+    }
+
+    #[test]
+    fn subresources_and_deeper_parts_as_kube_apiserver_splits_them() {
+        let i = p("GET", "/api/v1/namespaces/a/pods/web/log", None);
+        assert_eq!(
+            (i.resource.as_str(), i.name.as_str(), i.subresource.as_str()),
+            ("pods", "web", "log")
+        );
+        // kube-apiserver keeps what follows the subresource in Parts (pods/proxy/<path>).
+        let i = p("GET", "/api/v1/namespaces/a/pods/web/proxy/healthz", None);
+        assert_eq!(i.subresource, "proxy");
+        assert_eq!(i.parts, ["pods", "web", "proxy", "healthz"]);
+        let i = p("PUT", "/api/v1/namespaces/x/finalize", None);
+        assert_eq!(
+            (
+                i.resource.as_str(),
+                i.name.as_str(),
+                i.subresource.as_str(),
+                i.verb.as_str()
+            ),
+            ("namespaces", "x", "finalize", "update")
+        );
+    }
+
+    #[test]
+    fn a_namespace_is_its_own_namespace() {
+        for path in ["/api/v1/namespaces/team", "/api/v1/namespaces/team/status"] {
+            let i = p("GET", path, None);
+            assert_eq!(
+                (i.resource.as_str(), i.name.as_str(), i.namespace.as_str()),
+                ("namespaces", "team", "team"),
+                "{path}"
+            );
+        }
+        let i = p("GET", "/api/v1/namespaces", None);
+        assert_eq!((i.namespace.as_str(), i.verb.as_str()), ("", "list"));
     }
 
     #[test]

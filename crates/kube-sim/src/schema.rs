@@ -467,12 +467,10 @@ pub fn format_ok(format: &str, s: &str) -> bool {
     }
 }
 
+/// The `byte` format: standard base64 that decodes, as Go's `base64.StdEncoding` checks it.
 fn is_base64(s: &str) -> bool {
-    let t = s.trim_end_matches('=');
-    s.len().is_multiple_of(4)
-        && s.len() - t.len() <= 2
-        && t.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '/')
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.decode(s).is_ok()
 }
 
 fn is_go_duration(s: &str) -> bool {

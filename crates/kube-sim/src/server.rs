@@ -1,9 +1,10 @@
 //! Lifecycle of one in-process server: bind, serve, hand out URL/kubeconfig/client, shut down.
 
 use crate::cluster::Cluster;
-use crate::http::{Shared, dispatch};
+use crate::http::dispatch;
+use crate::shared::{Shared, WatchEnd};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -101,14 +102,12 @@ impl KubeSim {
             addr: config.addr,
             source,
         })?;
-        let shutdown = CancellationToken::new();
-        let shared = Arc::new(Shared {
-            cluster: Mutex::new(Cluster::new(config.history_size)),
-            shutdown: shutdown.clone(),
-            server_address: addr.to_string(),
-            bookmark_interval: config.bookmark_interval,
-            watch_epoch: tokio::sync::watch::Sender::new(0),
-        });
+        let shared = Arc::new(Shared::new(
+            Cluster::new(config.history_size),
+            addr.to_string(),
+            config.bookmark_interval,
+        ));
+        let shutdown = shared.shutdown.clone();
         let app = axum::Router::new()
             .fallback(dispatch)
             .with_state(shared.clone());
@@ -207,7 +206,7 @@ impl KubeSim {
     /// must re-list (a forced re-list, as after an etcd compaction).
     pub fn expire_watches(&self) {
         self.shared.lock().store.compact();
-        self.shared.watch_epoch.send_modify(|e| *e += 1);
+        self.shared.end_watches(WatchEnd::Expire);
     }
 
     /// Stops serving: open watches end, in-flight requests finish.

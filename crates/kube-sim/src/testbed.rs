@@ -15,9 +15,9 @@ use crate::accounting::{RequestCounters, RequestKey, RequestStats};
 use crate::auth::Authenticator;
 use crate::error::ApiError;
 use crate::faults::{FaultConfig, FaultInjector};
-use crate::http::Shared;
 use crate::rbac::{self, UserInfo};
 use crate::request_info::RequestInfo;
+use crate::shared::{Shared, WatchEnd};
 use crate::workloads::{Nodes, WorkloadError};
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -33,8 +33,6 @@ use std::time::Duration;
 pub struct Testbed {
     pub counters: RequestCounters,
     pub faults: FaultInjector,
-    /// Bumped to end every open watch stream cleanly (the client resumes from its last RV).
-    cut: tokio::sync::watch::Sender<u64>,
     pub(crate) nodes: Arc<Nodes>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) auth: Authenticator,
@@ -61,7 +59,6 @@ impl Testbed {
         let tb = Arc::new(Self {
             counters: RequestCounters::default(),
             faults: FaultInjector::new(config.faults.clone()),
-            cut: tokio::sync::watch::Sender::new(0),
             nodes: Arc::new(Nodes::default()),
             shared: shared.clone(),
             auth: Authenticator::new(&config.auth)?,
@@ -99,7 +96,7 @@ impl Testbed {
     }
 
     pub fn cut_watches(&self) {
-        self.cut.send_modify(|e| *e += 1);
+        self.shared.end_watches(WatchEnd::Cut);
     }
 
     pub fn partition_for(&self, d: Duration) {
@@ -151,20 +148,14 @@ fn watch_gone(query: Option<&str>) -> Response {
     r
 }
 
-/// Ends a watch stream after `max_events` events (lines; a chunk may carry several), after
-/// `max_age`, or when the testbed cuts watches.
-fn limit_watch(
-    resp: Response,
-    max_events: Option<u64>,
-    max_age: Option<Duration>,
-    cut: tokio::sync::watch::Receiver<u64>,
-) -> Response {
+/// Ends a watch stream after `max_events` events (lines; a chunk may carry several) or after
+/// `max_age` (cutting every watch at once is `Shared::end_watches`).
+fn limit_watch(resp: Response, max_events: Option<u64>, max_age: Option<Duration>) -> Response {
     struct Limit {
         stream: axum::body::BodyDataStream,
         sent: u64,
         max_events: Option<u64>,
         deadline: Option<tokio::time::Instant>,
-        cut: tokio::sync::watch::Receiver<u64>,
     }
     let (parts, body) = resp.into_parts();
     let state = Limit {
@@ -172,7 +163,6 @@ fn limit_watch(
         sent: 0,
         max_events,
         deadline: max_age.map(|d| tokio::time::Instant::now() + d),
-        cut,
     };
     let limited = futures::stream::unfold(state, |mut st| async move {
         if st.max_events.is_some_and(|m| st.sent >= m) {
@@ -188,7 +178,6 @@ fn limit_watch(
         let mut item = tokio::select! {
             item = st.stream.next() => item,
             _ = expire => None,
-            _ = st.cut.changed() => None,
         }?;
         if let (Some(max), Ok(chunk)) = (st.max_events, &mut item) {
             *chunk = first_lines(chunk, max - st.sent);
@@ -319,7 +308,7 @@ async fn admin(tb: &Testbed, method: &Method, path: &str, body: Bytes) -> Respon
 
 const MAX_ADMIN_BODY: usize = 1024 * 1024;
 
-async fn middleware(State(tb): State<Arc<Testbed>>, req: Request, next: Next) -> Response {
+async fn middleware(State(tb): State<Arc<Testbed>>, mut req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
     let query = req.uri().query().map(String::from);
     if path == "/metrics" && req.method() == Method::GET {
@@ -342,6 +331,8 @@ async fn middleware(State(tb): State<Arc<Testbed>>, req: Request, next: Next) ->
         return dropped_connection();
     }
     let info = RequestInfo::parse(req.method().as_str(), &path, query.as_deref());
+    // Parsed once: the API handler reads it from here.
+    req.extensions_mut().insert(info.clone());
     let user_agent = req
         .headers()
         .get(header::USER_AGENT)
@@ -492,7 +483,7 @@ async fn respond(
         let r = next.run(req).await;
         if info.verb == "watch" && r.status() == StatusCode::OK {
             let (events, age) = tb.faults.watch_limits();
-            limit_watch(r, events, age, tb.cut.subscribe())
+            limit_watch(r, events, age)
         } else {
             r
         }

@@ -9,8 +9,8 @@
 //! Each pass reads the whole state and writes only what differs, so a quiet cluster stays quiet.
 
 use crate::cluster::{Cluster, DeleteOptions, Sub, WriteOptions};
-use crate::http::Shared;
 use crate::registry::ResourceInfo;
+use crate::shared::Shared;
 use crate::store::ObjKey;
 use crate::util;
 use serde_json::{Value, json};

@@ -7,36 +7,20 @@ pub mod table;
 mod watch;
 
 use crate::cluster::{
-    Cluster, DeleteOptions, ListOptions, ListResult, PatchType, Sub, WriteOptions, field_supported,
+    DeleteOptions, ListOptions, ListResult, PatchType, Sub, WriteOptions, field_supported,
 };
 use crate::error::ApiError;
 use crate::registry::ResourceInfo;
+use crate::request_info::RequestInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
+use crate::shared::Shared;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, Method, StatusCode, header};
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
-
-/// State shared by all requests of one server instance.
-pub struct Shared {
-    pub cluster: Mutex<Cluster>,
-    pub shutdown: CancellationToken,
-    pub server_address: String,
-    pub bookmark_interval: Duration,
-    /// Bumped to end every open watch (compaction, fault injection).
-    pub watch_epoch: tokio::sync::watch::Sender<u64>,
-}
-
-impl Shared {
-    pub fn lock(&self) -> MutexGuard<'_, Cluster> {
-        // A panic while holding the lock leaves consistent data (every write is a single put).
-        self.cluster.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
 
 const MAX_BODY: usize = 3 * 1024 * 1024;
 
@@ -82,61 +66,31 @@ impl Query {
     }
 }
 
-/// A parsed resource URL, as kube-apiserver's RequestInfoFactory understands it.
-#[derive(Debug, Default)]
-struct ResourcePath {
-    group: String,
-    version: String,
+/// What the handlers need of a parsed request (`RequestInfo`), with the namespace as the
+/// object's key sees it: a Namespace, cluster-scoped, has none of its own.
+#[derive(Debug)]
+struct Target {
     namespace: Option<String>,
-    plural: String,
     name: Option<String>,
     sub: Option<String>,
-    legacy_watch: bool,
+    watch: bool,
 }
 
-fn parse_resource_path(path: &str) -> Option<ResourcePath> {
-    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let mut rp = ResourcePath::default();
-    let rest: &[&str] = match parts.as_slice() {
-        ["api", v, rest @ ..] => {
-            rp.version = v.to_string();
-            rest
-        }
-        ["apis", g, v, rest @ ..] => {
-            rp.group = g.to_string();
-            rp.version = v.to_string();
-            rest
-        }
-        _ => return None,
-    };
-    let mut rest = rest;
-    if rest.first() == Some(&"watch") {
-        rp.legacy_watch = true;
-        rest = &rest[1..];
-    }
-    if rest.first() == Some(&"namespaces") && rest.len() > 1 {
-        rp.namespace = Some(rest[1].to_string());
-        if rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
-            rest = &rest[2..];
+impl Target {
+    fn of(ri: &RequestInfo) -> Self {
+        let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        let namespace_itself = ri.resource == "namespaces" && ri.api_group.is_empty();
+        Self {
+            namespace: if namespace_itself {
+                None
+            } else {
+                non_empty(&ri.namespace)
+            },
+            name: non_empty(&ri.name),
+            sub: non_empty(&ri.subresource),
+            watch: ri.verb == "watch",
         }
     }
-    match rest {
-        [plural] => rp.plural = plural.to_string(),
-        [plural, name] => {
-            rp.plural = plural.to_string();
-            rp.name = Some(name.to_string());
-        }
-        [plural, name, sub] => {
-            rp.plural = plural.to_string();
-            rp.name = Some(name.to_string());
-            rp.sub = Some(sub.to_string());
-        }
-        _ => return None,
-    }
-    if rp.plural == "namespaces" && rp.group.is_empty() {
-        rp.namespace = None;
-    }
-    Some(rp)
 }
 
 fn accept(headers: &HeaderMap) -> String {
@@ -177,7 +131,11 @@ pub async fn dispatch(State(shared): State<Arc<Shared>>, req: Request) -> Respon
         }
     };
     tracing::debug!(method = %parts.method, %path, "request");
-    match route(&shared, &parts.method, &path, &query, &parts.headers, &body) {
+    let ri = match parts.extensions.get::<RequestInfo>() {
+        Some(ri) => ri.clone(),
+        None => RequestInfo::parse(parts.method.as_str(), &path, parts.uri.query()),
+    };
+    match route(&shared, &ri, &parts.method, &query, &parts.headers, &body) {
         Ok(r) => r,
         Err(e) => error_response(&e),
     }
@@ -185,13 +143,14 @@ pub async fn dispatch(State(shared): State<Arc<Shared>>, req: Request) -> Respon
 
 fn route(
     shared: &Arc<Shared>,
+    ri: &RequestInfo,
     method: &Method,
-    path: &str,
     query: &Query,
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Result<Response, ApiError> {
     let accept = accept(headers);
+    let path = ri.path.as_str();
     match path {
         "/version" | "/version/" => return Ok(json_response(200, &discovery::version())),
         "/healthz" | "/livez" | "/readyz" => {
@@ -277,11 +236,15 @@ fn route(
         }
         _ => {}
     }
-    let rp = parse_resource_path(path).ok_or_else(ApiError::resource_not_found)?;
+    // Served: `resource`, `resource/name` and `resource/name/subresource`, nothing deeper.
+    if !ri.is_resource_request || ri.parts.len() > 3 {
+        return Err(ApiError::resource_not_found());
+    }
+    let rp = Target::of(ri);
     let info = shared
         .lock()
         .registry
-        .lookup(&rp.group, &rp.version, &rp.plural)
+        .lookup(&ri.api_group, &ri.api_version, &ri.resource)
         .cloned()
         .ok_or_else(ApiError::resource_not_found)?;
     if info.namespaced && rp.namespace.is_none() && rp.name.is_some() {
@@ -590,7 +553,7 @@ fn delete_options(
 fn resource_request(
     shared: &Arc<Shared>,
     info: &ResourceInfo,
-    rp: &ResourcePath,
+    rp: &Target,
     method: &Method,
     query: &Query,
     headers: &HeaderMap,
@@ -603,9 +566,7 @@ fn resource_request(
         _ => Sub::Main,
     };
     match (method, &rp.name) {
-        (&Method::GET, None) if rp.legacy_watch || query.flag("watch") => {
-            watch(shared, info, rp, query, accept)
-        }
+        (&Method::GET, None) if rp.watch => watch(shared, info, rp, query, accept),
         (&Method::GET, None) => {
             let opts = list_options(info, query)?;
             let cluster = shared.lock();
@@ -771,7 +732,7 @@ fn scale_of(obj: &Value) -> Value {
 fn watch(
     shared: &Arc<Shared>,
     info: &ResourceInfo,
-    rp: &ResourcePath,
+    rp: &Target,
     query: &Query,
     accept: &str,
 ) -> Result<Response, ApiError> {
@@ -811,7 +772,7 @@ fn watch(
         let cluster = shared.lock();
         let ends = watch::Ends {
             shutdown: shared.shutdown.clone(),
-            epoch: shared.watch_epoch.subscribe(),
+            ended: shared.watch_ends(),
         };
         watch::start(&cluster, filter, &req, ends)?
     };
@@ -831,37 +792,31 @@ fn watch(
 mod tests {
     use super::*;
 
+    fn target(method: &str, path: &str) -> Target {
+        Target::of(&RequestInfo::parse(method, path, None))
+    }
+
     #[test]
-    fn resource_paths_parse_like_request_info() {
-        let p = parse_resource_path("/api/v1/namespaces/default/pods/web/status").expect("parses");
+    fn targets_follow_request_info() {
+        let t = target("GET", "/api/v1/namespaces/default/pods/web/status");
         assert_eq!(
-            (
-                p.namespace.as_deref(),
-                p.plural.as_str(),
-                p.name.as_deref(),
-                p.sub.as_deref()
-            ),
-            (Some("default"), "pods", Some("web"), Some("status"))
+            (t.namespace.as_deref(), t.name.as_deref(), t.sub.as_deref()),
+            (Some("default"), Some("web"), Some("status"))
         );
-        let p = parse_resource_path("/api/v1/namespaces/kube-system").expect("parses");
+        // A Namespace is cluster-scoped: its key has no namespace, though RequestInfo names one.
+        let t = target("GET", "/api/v1/namespaces/kube-system");
         assert_eq!(
-            (p.namespace, p.plural.as_str(), p.name.as_deref()),
-            (None, "namespaces", Some("kube-system"))
+            (t.namespace, t.name.as_deref()),
+            (None, Some("kube-system"))
         );
-        let p = parse_resource_path("/api/v1/namespaces/x/status").expect("parses");
+        let t = target("PUT", "/api/v1/namespaces/x/status");
         assert_eq!(
-            (p.plural.as_str(), p.name.as_deref(), p.sub.as_deref()),
-            ("namespaces", Some("x"), Some("status"))
+            (t.name.as_deref(), t.sub.as_deref()),
+            (Some("x"), Some("status"))
         );
-        let p =
-            parse_resource_path("/apis/example.com/v1/watch/namespaces/a/widgets").expect("parses");
-        assert!(p.legacy_watch);
-        assert_eq!(
-            (p.group.as_str(), p.namespace.as_deref(), p.plural.as_str()),
-            ("example.com", Some("a"), "widgets")
-        );
-        let p =
-            parse_resource_path("/apis/rbac.authorization.k8s.io/v1/clusterroles").expect("parses");
-        assert_eq!(p.plural, "clusterroles");
+        let t = target("GET", "/apis/example.com/v1/watch/namespaces/a/widgets");
+        assert!(t.watch);
+        assert_eq!(t.namespace.as_deref(), Some("a"));
+        assert!(!target("GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles").watch);
     }
 }

@@ -5,6 +5,7 @@ use crate::cluster::Cluster;
 use crate::error::ApiError;
 use crate::registry::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
+use crate::shared::WatchEnd;
 use crate::store::{Event, EventType};
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -128,10 +129,10 @@ pub struct WatchRequest {
     pub bookmark_interval: Duration,
 }
 
-/// What ends a watch early: server shutdown, or a new watch epoch (all watches dropped).
+/// What ends a watch early: server shutdown, or `Shared::end_watches`.
 pub struct Ends {
     pub shutdown: CancellationToken,
-    pub epoch: tokio::sync::watch::Receiver<u64>,
+    pub ended: tokio::sync::watch::Receiver<Option<WatchEnd>>,
 }
 
 struct WatchState {
@@ -274,7 +275,10 @@ pub fn start(
                 };
                 tokio::select! {
                     _ = ends.shutdown.cancelled() => Next::Stop,
-                    _ = ends.epoch.changed() => Next::Expired,
+                    _ = ends.ended.changed() => match *ends.ended.borrow_and_update() {
+                        Some(WatchEnd::Expire) => Next::Expired,
+                        _ => Next::Stop,
+                    },
                     _ = deadline.as_mut() => Next::Stop,
                     _ = tick => Next::Bookmark,
                     r = rx.recv() => Next::Event(r),

@@ -1,0 +1,212 @@
+//! Verb semantics of kube-apiserver over the store: create, update, patch, apply, delete (finalizers,
+//! garbage collection, namespaces), get and list. No HTTP here: callers pass parsed options.
+//! One file per verb family: `read`, `write`, `delete`, `admission`, `validation`.
+
+mod admission;
+mod delete;
+mod read;
+#[cfg(test)]
+mod tests;
+mod validation;
+mod write;
+
+use validation::{check_type_meta, metadata_errors, name_errors, spec_and_status};
+
+use crate::apply::{self, Writer};
+use crate::convert;
+use crate::error::{ApiError, FieldError};
+use crate::patch::{self, PatchError};
+use crate::registry::{Registry, ResourceInfo, StorageKey};
+use crate::schema;
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::store::{ObjKey, Store, obj_key};
+use crate::util::{self, Random};
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+
+pub type Result<T> = std::result::Result<T, ApiError>;
+
+/// Which endpoint of an object a write goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sub {
+    Main,
+    Status,
+}
+
+impl Sub {
+    fn name(self) -> &'static str {
+        match self {
+            Sub::Main => "",
+            Sub::Status => "status",
+        }
+    }
+}
+
+/// Options shared by writes (`dryRun`, `fieldManager`, `fieldValidation`, `force`).
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    pub dry_run: bool,
+    pub field_manager: String,
+    pub field_validation: String,
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchType {
+    Json,
+    Merge,
+    Strategic,
+    Apply,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    pub propagation: Option<String>,
+    pub precondition_uid: Option<String>,
+    pub precondition_rv: Option<String>,
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ListOptions {
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    pub limit: Option<usize>,
+    pub continue_token: Option<String>,
+}
+
+pub struct ListResult {
+    pub items: Vec<Arc<Value>>,
+    pub resource_version: u64,
+    pub continue_token: Option<String>,
+    pub remaining: Option<usize>,
+}
+
+/// Field names a field selector may use for a resource (custom resources: metadata only).
+pub fn field_supported(info: &ResourceInfo, field: &str) -> bool {
+    matches!(field, "metadata.name" | "metadata.namespace")
+        || (!info.custom
+            && (field.starts_with("spec.")
+                || field.starts_with("status.")
+                || field.starts_with("involvedObject.")
+                || field.starts_with("regarding.")
+                || matches!(
+                    field,
+                    "type" | "reason" | "source" | "reportingComponent" | "reportingController"
+                )))
+}
+
+fn meta(obj: &Value) -> &Value {
+    &obj["metadata"]
+}
+
+fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj["metadata"].is_object() {
+        obj["metadata"] = json!({});
+    }
+    obj["metadata"]
+        .as_object_mut()
+        .expect("metadata was just made an object")
+}
+
+fn finalizers(obj: &Value) -> Vec<String> {
+    meta(obj)["finalizers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.as_str().map(String::from))
+        .collect()
+}
+
+fn set_finalizers(obj: &mut Value, list: &[String]) {
+    let m = meta_mut(obj);
+    if list.is_empty() {
+        m.remove("finalizers");
+    } else {
+        m.insert("finalizers".into(), json!(list));
+    }
+}
+
+/// Everything but metadata and status: what bumps `generation`.
+/// Without a status subresource, a custom resource's status is content like any other field.
+fn spec_part(obj: &Value, status_is_separate: bool) -> Value {
+    match obj {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| {
+                    let meta_field = matches!(k.as_str(), "metadata" | "apiVersion" | "kind");
+                    let separate_status = status_is_separate && k.as_str() == "status";
+                    !meta_field && !separate_status
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        _ => Value::Null,
+    }
+}
+
+const SYSTEM_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
+
+pub struct Cluster {
+    pub store: Store,
+    pub registry: Registry,
+    pub random: Random,
+}
+
+impl Cluster {
+    pub fn new(history: usize) -> Self {
+        let mut c = Self {
+            store: Store::new(history),
+            registry: Registry::default(),
+            random: Random::default(),
+        };
+        let ns = c
+            .registry
+            .lookup("", "v1", "namespaces")
+            .cloned()
+            .expect("namespaces is built in");
+        for name in SYSTEM_NAMESPACES {
+            let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+            let opts = WriteOptions {
+                field_manager: "kube-apiserver".into(),
+                ..Default::default()
+            };
+            // Cannot fail: fresh store, valid names.
+            let _ = c.create(&ns, "", body, &opts);
+        }
+        c
+    }
+
+    fn ns_key() -> StorageKey {
+        (String::new(), "namespaces".into())
+    }
+
+    fn check_namespace(&self, info: &ResourceInfo, ns: &str, creating: bool) -> Result<()> {
+        if !info.namespaced {
+            return Ok(());
+        }
+        match self.store.get(&Self::ns_key(), &(String::new(), ns.into())) {
+            None => Err(ApiError::not_found("", "namespaces", ns)),
+            Some(n) if creating && !meta(n)["deletionTimestamp"].is_null() => Err(ApiError::forbidden(
+                &info.group,
+                &info.plural,
+                "",
+                &format!("unable to create new content in namespace {ns} because it is being terminated"),
+            )
+            .with_details(json!({"name": ns, "kind": "namespaces",
+                "causes": [{"reason": "NamespaceTerminating", "message": format!("namespace {ns} is being terminated"), "field": "metadata.namespace"}]}))),
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn obj_key_for(info: &ResourceInfo, ns: &str, name: &str) -> ObjKey {
+        (
+            if info.namespaced {
+                ns.to_string()
+            } else {
+                String::new()
+            },
+            name.to_string(),
+        )
+    }
+}

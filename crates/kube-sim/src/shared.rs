@@ -1,0 +1,53 @@
+//! The state one server instance shares between its request handlers, the testbed and the
+//! workload simulation: the cluster behind its lock, and the single switch that ends open watches.
+
+use crate::cluster::Cluster;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How every open watch stream is ended at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchEnd {
+    /// The stream ends cleanly; clients resume from their last resourceVersion.
+    Cut,
+    /// The stream ends with a `410 Gone` ERROR event; clients must re-list.
+    Expire,
+}
+
+/// State shared by all requests of one server instance.
+pub struct Shared {
+    pub cluster: Mutex<Cluster>,
+    pub shutdown: CancellationToken,
+    pub server_address: String,
+    pub bookmark_interval: Duration,
+    /// The last way watches were ended; every change ends every open watch (see `end_watches`).
+    watch_ends: tokio::sync::watch::Sender<Option<WatchEnd>>,
+}
+
+impl Shared {
+    pub fn new(cluster: Cluster, server_address: String, bookmark_interval: Duration) -> Self {
+        Self {
+            cluster: Mutex::new(cluster),
+            shutdown: CancellationToken::new(),
+            server_address,
+            bookmark_interval,
+            watch_ends: tokio::sync::watch::Sender::new(None),
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, Cluster> {
+        // A panic while holding the lock leaves consistent data (every write is a single put).
+        self.cluster.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ends every watch open now, the way `how` says.
+    pub fn end_watches(&self, how: WatchEnd) {
+        self.watch_ends.send_replace(Some(how));
+    }
+
+    /// What a new watch stream listens to: it ends at the next `end_watches`.
+    pub fn watch_ends(&self) -> tokio::sync::watch::Receiver<Option<WatchEnd>> {
+        self.watch_ends.subscribe()
+    }
+}
