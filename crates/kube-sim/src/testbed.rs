@@ -65,8 +65,10 @@ impl Testbed {
         });
         crate::workloads::spawn(
             shared,
-            tb.nodes.clone(),
-            config.workloads.clone(),
+            crate::workloads::Simulation {
+                options: config.workloads.clone(),
+                nodes: tb.nodes.clone(),
+            },
             config.simulate_workloads,
         );
         Ok(tb)
