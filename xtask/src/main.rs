@@ -10,6 +10,7 @@ mod bench;
 mod ci;
 mod crdgen;
 mod demo;
+mod image;
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "Capstan workspace automation")]
@@ -26,6 +27,8 @@ enum Command {
     Demo(demo::Args),
     /// Build in release mode and run a benchmark: `cargo xtask bench nodeslo [-- --nodes 2000]`.
     Bench(bench::Args),
+    /// Build the container image (all binaries, FROM scratch, non-root) as an OCI archive under target/.
+    Image(image::Args),
     /// Run every gate CI runs: fmt, CRD drift, clippy, the test suite, the demo smoke run.
     Ci,
 }
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Ci => ci::run(),
         Command::Bench(args) => bench::run(&args),
+        Command::Image(args) => image::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
