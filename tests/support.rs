@@ -2,5 +2,7 @@
 //! of this crate (see `Cargo.toml`); crate-local end-to-end tests stay in each crate's `tests/`.
 
 // The crate root sits beside the scenarios, so its modules live in support/ (explicit paths).
+#[path = "support/helm.rs"]
+pub mod helm;
 #[path = "support/tools.rs"]
 pub mod tools;

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod chart;
 mod ci;
 mod crdgen;
 mod demo;
@@ -29,6 +30,8 @@ enum Command {
     Bench(bench::Args),
     /// Build the container image (all binaries, FROM scratch, non-root) as an OCI archive under target/.
     Image(image::Args),
+    /// Check the Helm chart with Helm's own library: lint, values schema, install/upgrade into kube-sim.
+    Chart(chart::Args),
     /// Run every gate CI runs: fmt, CRD drift, clippy, the test suite, the demo smoke run.
     Ci,
 }
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
         Command::Ci => ci::run(),
         Command::Bench(args) => bench::run(&args),
         Command::Image(args) => image::run(&args),
+        Command::Chart(args) => chart::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
