@@ -13,12 +13,11 @@ import json
 import os
 import sys
 
-import yaml
-
 try:
     import helm_sdkpy as helm
+    import yaml  # PyYAML, installed with the kubernetes client of .ci/requirements.txt
 except Exception as error:  # noqa: BLE001 - any import failure means "not installed here"
-    print(f"helm-sdkpy is not importable: {error}", file=sys.stderr)
+    print(f"helm-sdkpy or PyYAML is not importable: {error}", file=sys.stderr)
     sys.exit(3)
 
 
