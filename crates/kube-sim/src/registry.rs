@@ -307,6 +307,17 @@ const BUILTINS: &[Builtin] = &[
         false,
     ),
     b(
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        true,
+        &["pdb"],
+        &[],
+        &["status"],
+        true,
+    ),
+    b(
         "apiextensions.k8s.io",
         "v1",
         "CustomResourceDefinition",
