@@ -29,7 +29,7 @@ pub mod faults;
 mod http;
 pub mod patch;
 pub mod persistence;
-pub mod proto;
+pub mod protobuf;
 pub mod rbac;
 pub mod registry;
 pub mod request_info;

@@ -301,9 +301,12 @@ fn decode_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json");
     if ct.contains("protobuf") {
-        return crate::proto::decode(body).map_err(|e| {
-            tracing::debug!(error = %e, "protobuf body not supported");
-            ApiError::unsupported_media_type(ct, &["application/json", "application/yaml"])
+        // Protobuf hook: built-in kinds decode; custom kinds answer 415 as kube-apiserver does.
+        return crate::protobuf::decode(body).map_err(|e| match e {
+            crate::protobuf::ProtoError::NotProtobuf(_) | crate::protobuf::ProtoError::NoMagic => {
+                ApiError::unsupported_media_type(ct, &["application/json", "application/yaml"])
+            }
+            e => ApiError::bad_request(e.to_string()),
         });
     }
     if ct.contains("yaml") {
@@ -532,6 +535,17 @@ fn object_response(
     if wants_partial(accept) {
         return json_response(code, &partial_object(obj));
     }
+    protobuf_or_json(code, obj, accept)
+}
+
+/// Protobuf hook: answers in protobuf when the client asks for it first and the kind has a
+/// message (built-in kinds), else in JSON (client-go's `*/*` fallback for custom resources).
+fn protobuf_or_json(code: u16, obj: &Value, accept: &str) -> Response {
+    if crate::protobuf::wants_protobuf(accept)
+        && let Ok(body) = crate::protobuf::encode(obj)
+    {
+        return bytes_response(code, Bytes::from(body), crate::protobuf::MEDIA_TYPE);
+    }
     json_response(code, obj)
 }
 
@@ -617,11 +631,12 @@ fn resource_request(
                 let t = table::to_table(info, &result.items, list_meta(&result), true, include);
                 return Ok(json_response(200, &t));
             }
-            Ok(bytes_response(
-                200,
-                list_bytes(info, &result, wants_partial(accept)),
-                "application/json",
-            ))
+            let body = list_bytes(info, &result, wants_partial(accept));
+            if crate::protobuf::wants_protobuf(accept) && !info.custom {
+                let list: Value = serde_json::from_slice(&body).unwrap_or_default();
+                return Ok(protobuf_or_json(200, &list, accept));
+            }
+            Ok(bytes_response(200, body, "application/json"))
         }
         (&Method::GET, Some(name)) => {
             let obj = shared.lock().get(info, &ns, name)?;
@@ -730,9 +745,19 @@ fn returns_deleted_object(info: &ResourceInfo) -> bool {
     info.custom
         || matches!(
             (info.group.as_str(), info.plural.as_str()),
-            ("", "pods" | "services" | "namespaces" | "nodes")
-                | ("apps", _)
-                | ("apiextensions.k8s.io", _)
+            (
+                "",
+                "pods"
+                    | "services"
+                    | "namespaces"
+                    | "nodes"
+                    | "replicationcontrollers"
+                    | "persistentvolumes"
+                    | "persistentvolumeclaims"
+            ) | (
+                "apps" | "batch" | "policy" | "networking.k8s.io" | "autoscaling",
+                _
+            ) | ("apiextensions.k8s.io", _)
                 | ("storage.k8s.io", _)
         )
 }
@@ -787,6 +812,7 @@ fn watch(
         labels: opts.labels,
         fields: opts.fields,
         table: wants_table(accept),
+        protobuf: crate::protobuf::wants_protobuf(accept) && !info.custom,
     };
     let send_initial_events = query.flag("sendInitialEvents");
     if send_initial_events && query.get("resourceVersionMatch") != Some("NotOlderThan") {
@@ -816,9 +842,14 @@ fn watch(
         watch::start(&cluster, filter, &req, ends)?
     };
     let mut r = Response::new(Body::from_stream(stream));
+    let content_type = if crate::protobuf::wants_protobuf(accept) && !info.custom {
+        "application/vnd.kubernetes.protobuf;stream=watch"
+    } else {
+        "application/json"
+    };
     r.headers_mut().insert(
         header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
+        http::HeaderValue::from_static(content_type),
     );
     r.headers_mut().insert(
         header::CACHE_CONTROL,
