@@ -314,3 +314,87 @@ async fn api_resources_lists_every_built_in_group() {
     ])
     .await;
 }
+
+const SHARED: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: shared}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: shared}}
+  template:
+    metadata: {labels: {app: shared}}
+    spec:
+      containers: [{name: c, image: nginx:1.25, ports: [{containerPort: 80}]}]
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_shares_fields_applied_with_the_same_value() {
+    let sim = common::start().await;
+    let k = Kubectl::new(&sim);
+    let same = k.file("same.yaml", SHARED);
+    for manager in ["alice", "bob"] {
+        let out = k
+            .ok(&[
+                "apply",
+                "--server-side",
+                "--field-manager",
+                manager,
+                "-f",
+                &same,
+            ])
+            .await;
+        assert_eq!(out.trim(), "deployment.apps/shared serverside-applied");
+    }
+    let d = k
+        .json(&["get", "deployment", "shared", "--show-managed-fields"])
+        .await;
+    let image_owners: Vec<&str> = d["metadata"]["managedFields"]
+        .as_array()
+        .expect("managedFields")
+        .iter()
+        .filter(|e| {
+            !e["fieldsV1"]["f:spec"]["f:template"]["f:spec"]["f:containers"]
+                ["k:{\"name\":\"c\"}"]["f:image"]
+                .is_null()
+        })
+        .filter_map(|e| e["manager"].as_str())
+        .collect();
+    assert_eq!(image_owners, ["alice", "bob"]);
+
+    let other = k.file("other.yaml", &SHARED.replace("nginx:1.25", "nginx:1.26"));
+    let refused = k
+        .run(&[
+            "apply",
+            "--server-side",
+            "--field-manager",
+            "carol",
+            "-f",
+            &other,
+        ])
+        .await;
+    assert!(!refused.ok);
+    assert!(
+        refused.stderr.contains("Apply failed with 2 conflicts")
+            && refused.stderr.contains(
+                "conflict with \"alice\" using apps/v1: .spec.template.spec.containers[name=\"c\"].image"
+            )
+            && refused.stderr.contains("conflict with \"bob\""),
+        "{}",
+        refused.stderr
+    );
+    k.ok(&[
+        "apply",
+        "--server-side",
+        "--field-manager",
+        "carol",
+        "--force-conflicts",
+        "-f",
+        &other,
+    ])
+    .await;
+    let d = k.json(&["get", "deployment", "shared"]).await;
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx:1.26"
+    );
+}
