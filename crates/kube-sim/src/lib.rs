@@ -40,6 +40,7 @@ pub mod store;
 pub mod testbed;
 pub mod tls;
 pub mod util;
+pub mod validation;
 pub mod workloads;
 
 pub use server::{Config, Error, KubeSim};

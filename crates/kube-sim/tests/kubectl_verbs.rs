@@ -398,3 +398,72 @@ async fn server_side_apply_shares_fields_applied_with_the_same_value() {
         "nginx:1.26"
     );
 }
+
+const TYPO: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: typo}
+spec:
+  replicas: 1
+  replica: 2
+  selector: {matchLabels: {app: typo}}
+  template:
+    metadata: {labels: {app: typo}}
+    spec:
+      containers: [{name: c, image: nginx, imagePullPolice: Always}]
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_and_ill_typed_fields_of_built_in_kinds_get_the_servers_messages() {
+    let sim = common::start().await;
+    let k = Kubectl::new(&sim);
+    let typo = k.file("typo.yaml", TYPO);
+    // kubectl's default --validate=strict is the server's fieldValidation=Strict.
+    let refused = k.run(&["apply", "-f", &typo]).await;
+    assert!(!refused.ok);
+    assert!(
+        refused.stderr.contains(
+            "Deployment in version \"v1\" cannot be handled as a Deployment: strict decoding error: unknown field \"spec.replica\", unknown field \"spec.template.spec.containers[0].imagePullPolice\""
+        ),
+        "{}",
+        refused.stderr
+    );
+    // --validate=warn: created, with the server's warnings, and the unknown fields not stored.
+    let warned = k.run(&["apply", "--validate=warn", "-f", &typo]).await;
+    assert!(warned.ok, "{}", warned.stderr);
+    assert!(
+        warned
+            .stderr
+            .contains("Warning: unknown field \"spec.replica\""),
+        "{}",
+        warned.stderr
+    );
+    let d = k.json(&["get", "deployment", "typo"]).await;
+    assert!(d["spec"].get("replica").is_none());
+    assert_eq!(d["spec"]["replicas"], 1);
+
+    let bad = k.file(
+        "bad.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bad}\ndata: {port: 8080}\n",
+    );
+    let refused = k.run(&["apply", "-f", &bad]).await;
+    assert!(
+        refused.stderr.contains(
+            "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal number into Go struct field ConfigMap.data of type string"
+        ),
+        "{}",
+        refused.stderr
+    );
+    let (code, status) = common::raw_json(
+        &sim,
+        "POST",
+        "/api/v1/namespaces/default/secrets?fieldValidation=Ignore",
+        "application/json",
+        r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"data":{"k":"not base64!"}}"#,
+    )
+    .await;
+    assert_eq!((code, status["reason"].as_str()), (400, Some("BadRequest")));
+    assert_eq!(
+        status["message"],
+        "Secret in version \"v1\" cannot be handled as a Secret: illegal base64 data at input byte 3"
+    );
+}

@@ -646,10 +646,14 @@ fn resource_request(
             Ok(object_response(200, info, &obj, accept, query))
         }
         (&Method::POST, None) => {
-            let body = decode_body(headers, body)?;
+            let mut body = decode_body(headers, body)?;
+            let warnings = validate_builtin(info, &mut body, query)?;
             let opts = write_options(query, headers, false);
             let created = shared.lock().create(info, &ns, body, &opts)?;
-            Ok(object_response(201, info, &created, accept, query))
+            Ok(with_warnings(
+                object_response(201, info, &created, accept, query),
+                &warnings,
+            ))
         }
         (&Method::POST, Some(name)) if rp.sub.as_deref() == Some("eviction") => {
             let mut cluster = shared.lock();
@@ -660,7 +664,8 @@ fn resource_request(
             ))
         }
         (&Method::PUT, Some(name)) => {
-            let body = decode_body(headers, body)?;
+            let mut body = decode_body(headers, body)?;
+            let warnings = validate_builtin(info, &mut body, query)?;
             let opts = write_options(query, headers, false);
             if rp.sub.as_deref() == Some("scale") {
                 let replicas = body["spec"]["replicas"].clone();
@@ -675,11 +680,19 @@ fn resource_request(
                 return Ok(json_response(200, &scale_of(&obj)));
             }
             let obj = shared.lock().update(info, &ns, name, body, sub, &opts)?;
-            Ok(object_response(200, info, &obj, accept, query))
+            Ok(with_warnings(
+                object_response(200, info, &obj, accept, query),
+                &warnings,
+            ))
         }
         (&Method::PATCH, Some(name)) => {
             let pt = patch_type(headers)?;
-            let patch = decode_body(headers, body)?;
+            let mut patch = decode_body(headers, body)?;
+            let warnings = if pt == PatchType::Json {
+                vec![]
+            } else {
+                validate_builtin(info, &mut patch, query)?
+            };
             let opts = write_options(query, headers, pt == PatchType::Apply);
             if rp.sub.as_deref() == Some("scale") {
                 let mut cluster = shared.lock();
@@ -698,12 +711,9 @@ fn resource_request(
             let (obj, created) = shared
                 .lock()
                 .patch(info, &ns, name, pt, &patch, sub, &opts)?;
-            Ok(object_response(
-                if created { 201 } else { 200 },
-                info,
-                &obj,
-                accept,
-                query,
+            Ok(with_warnings(
+                object_response(if created { 201 } else { 200 }, info, &obj, accept, query),
+                &warnings,
             ))
         }
         (&Method::DELETE, Some(name)) => {
@@ -737,6 +747,37 @@ fn resource_request(
             "the server does not allow this method on the requested resource",
         )),
     }
+}
+
+/// Field validation hook (`crate::validation`): built-in kinds are checked against their
+/// declared fields by the body's own apiVersion/kind (a Scale for `/scale`), else the resource's.
+fn validate_builtin(
+    info: &ResourceInfo,
+    body: &mut Value,
+    query: &Query,
+) -> Result<Vec<String>, ApiError> {
+    let mode = crate::validation::Mode::parse(query.get("fieldValidation"))?;
+    if info.custom {
+        return Ok(vec![]);
+    }
+    let api_version = body["apiVersion"]
+        .as_str()
+        .map_or_else(|| info.api_version(), String::from);
+    let kind = body["kind"]
+        .as_str()
+        .map_or_else(|| info.kind.clone(), String::from);
+    crate::validation::admit(&api_version, &kind, body, mode)
+}
+
+/// kube-apiserver's `Warning: 299 - "..."` headers, one per warning.
+fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");
+        if let Ok(v) = http::HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
+            r.headers_mut().append(header::WARNING, v);
+        }
+    }
+    r
 }
 
 /// Kinds whose registry sets `ReturnDeletedObject` answer a completed DELETE with the object;

@@ -84,7 +84,7 @@ fn omitted(field: &Field, v: &Value) -> bool {
 /// Depth bound: a hostile body must not recurse without end.
 const MAX_DEPTH: usize = 64;
 
-fn special(name: &str) -> Option<&str> {
+pub(crate) fn special(name: &str) -> Option<&str> {
     match name {
         "k8s.io.apimachinery.pkg.util.intstr.IntOrString" => return Some("IntOrString"),
         "k8s.io.apimachinery.pkg.api.resource.Quantity" => return Some("Quantity"),

@@ -4,8 +4,8 @@
 //! field table generated from Kubernetes' own `.proto` definitions (see `proto/gen_schema.py`),
 //! so no kind needs hand-written code; custom resources have no protobuf form (415, as upstream).
 
-mod json;
-mod schema;
+pub(crate) mod json;
+pub mod schema;
 mod wire;
 
 use serde_json::{Value, json};
