@@ -5,24 +5,12 @@
 mod common;
 
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
-use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
+use k8s_pb::apimachinery::pkg::runtime::Unknown;
+use kube_sim::protobuf::envelope;
 use prost::Message;
 use std::io::{Read, Write};
 
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
-
-fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
-    let u = Unknown {
-        type_meta: Some(TypeMeta {
-            api_version: Some(api_version.into()),
-            kind: Some(kind.into()),
-        }),
-        raw: Some(raw),
-        content_encoding: Some(String::new()),
-        content_type: Some(String::new()),
-    };
-    [b"k8s\0".to_vec(), u.encode_to_vec()].concat()
-}
 
 /// One HTTP/1.0 exchange with a binary body; returns (status, content type, body).
 async fn exchange(
@@ -92,7 +80,7 @@ async fn helm_uninstalls_with_protobuf_delete_options() {
         "/api/v1/namespaces/default/secrets/sh.helm.release.v1.demo.v1",
         PROTOBUF,
         "application/json",
-        envelope("v1", "DeleteOptions", opts.encode_to_vec()),
+        envelope("v1", "DeleteOptions", opts.encode_to_vec().as_slice()),
     )
     .await;
     assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
@@ -112,7 +100,7 @@ async fn helm_uninstalls_with_protobuf_delete_options() {
         "/api/v1/namespaces/default/configmaps/kube-root-ca.crt",
         PROTOBUF,
         "application/json",
-        envelope("v1", "DeleteOptions", bad.encode_to_vec()),
+        envelope("v1", "DeleteOptions", bad.encode_to_vec().as_slice()),
     )
     .await;
     assert_eq!(code, 422, "{}", String::from_utf8_lossy(&body));
@@ -143,7 +131,7 @@ async fn typed_clients_get_protobuf_objects_and_lists() {
         "/api/v1/namespaces/default/configmaps",
         PROTOBUF,
         accept,
-        envelope("v1", "ConfigMap", cm.encode_to_vec()),
+        envelope("v1", "ConfigMap", cm.encode_to_vec().as_slice()),
     )
     .await;
     assert_eq!((code, ct.as_str()), (201, PROTOBUF));
@@ -203,7 +191,7 @@ async fn custom_resources_refuse_protobuf_like_kube_apiserver() {
     let fake = envelope(
         "example.com/v1",
         "Widget",
-        meta::ObjectMeta::default().encode_to_vec(),
+        &meta::ObjectMeta::default().encode_to_vec(),
     );
     let (code, _, body) = exchange(
         &sim,

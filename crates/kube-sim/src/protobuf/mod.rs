@@ -76,8 +76,22 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
     Ok(obj)
 }
 
-/// The `runtime.Unknown` envelope (without magic) of an object that names its apiVersion/kind.
-fn unknown(obj: &Value) -> Result<Vec<u8>, ProtoError> {
+/// The body client-go sends: magic, then a `runtime.Unknown` naming apiVersion/kind around `raw`.
+pub fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
+    let mut type_meta = vec![];
+    wire::put_bytes(&mut type_meta, 1, api_version.as_bytes());
+    wire::put_bytes(&mut type_meta, 2, kind.as_bytes());
+    let mut out = MAGIC.to_vec();
+    wire::put_bytes(&mut out, 1, &type_meta);
+    wire::put_bytes(&mut out, 2, raw);
+    // contentEncoding and contentType are written empty, as Go's marshaller does.
+    wire::put_bytes(&mut out, 3, b"");
+    wire::put_bytes(&mut out, 4, b"");
+    out
+}
+
+/// Encodes an object, list or Status as a protobuf response body.
+pub fn encode(obj: &Value) -> Result<Vec<u8>, ProtoError> {
     let api_version = obj["apiVersion"].as_str().unwrap_or_default();
     let kind = obj["kind"].as_str().unwrap_or_default();
     let s = schema();
@@ -86,23 +100,7 @@ fn unknown(obj: &Value) -> Result<Vec<u8>, ProtoError> {
         .ok_or_else(|| ProtoError::NotProtobuf(format!("{api_version}, Kind={kind}")))?;
     let raw = json::encode_message(s, message, obj, 0)
         .ok_or_else(|| ProtoError::Malformed(format!("{kind} is not an object")))?;
-    let mut type_meta = vec![];
-    wire::put_bytes(&mut type_meta, 1, api_version.as_bytes());
-    wire::put_bytes(&mut type_meta, 2, kind.as_bytes());
-    let mut out = vec![];
-    wire::put_bytes(&mut out, 1, &type_meta);
-    wire::put_bytes(&mut out, 2, &raw);
-    // contentEncoding and contentType are written empty, as Go's marshaller does.
-    wire::put_bytes(&mut out, 3, b"");
-    wire::put_bytes(&mut out, 4, b"");
-    Ok(out)
-}
-
-/// Encodes an object, list or Status as a protobuf response body.
-pub fn encode(obj: &Value) -> Result<Vec<u8>, ProtoError> {
-    let mut out = MAGIC.to_vec();
-    out.extend(unknown(obj)?);
-    Ok(out)
+    Ok(envelope(api_version, kind, &raw))
 }
 
 /// One watch event as client-go's protobuf watch decoder reads it: a 4-byte big-endian length,

@@ -30,15 +30,32 @@ impl Kubectl {
         p.display().to_string()
     }
 
-    pub async fn run(&self, args: &[&str]) -> Out {
-        let out = tokio::process::Command::new("kubectl")
-            .env("KUBECONFIG", &self.kubeconfig)
+    /// Whether kubectl is installed.
+    pub fn available() -> bool {
+        std::process::Command::new("kubectl")
+            .args(["version", "--client"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// A kubectl command for this server, to spawn (watches) or run.
+    pub fn command(&self, args: &[&str]) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new("kubectl");
+        c.env("KUBECONFIG", &self.kubeconfig)
             .env("HOME", self.dir.path())
             .arg("--cache-dir")
             .arg(self.dir.path().join("cache"))
             .args(args)
             .stdin(Stdio::null())
-            .kill_on_drop(true)
+            .kill_on_drop(true);
+        c
+    }
+
+    pub async fn run(&self, args: &[&str]) -> Out {
+        let out = self
+            .command(args)
             .output()
             .await
             .expect("kubectl runs (it is installed on the machine image)");
