@@ -233,3 +233,48 @@ async fn custom_resources_refuse_protobuf_like_kube_apiserver() {
     assert_eq!(code, 400, "{}", String::from_utf8_lossy(&body));
     assert!(String::from_utf8_lossy(&body).contains("protobuf"));
 }
+
+#[tokio::test]
+async fn watches_stream_length_prefixed_protobuf_events() {
+    let sim = common::start().await;
+    let (code, _) = common::raw(
+        &sim,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        "application/json",
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"watched"},"data":{"a":"1"}}"#,
+    )
+    .await;
+    assert_eq!(code, 201);
+    let (code, ct, body) = exchange(
+        &sim,
+        "GET",
+        "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=0&timeoutSeconds=1",
+        "",
+        "application/vnd.kubernetes.protobuf;stream=watch, application/json",
+        vec![],
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(ct, "application/vnd.kubernetes.protobuf;stream=watch");
+    let mut events = vec![];
+    let mut rest = body.as_slice();
+    while rest.len() >= 4 {
+        let len = u32::from_be_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
+        let ev = meta::WatchEvent::decode(&rest[4..4 + len]).expect("a WatchEvent frame");
+        let raw = ev.object.and_then(|o| o.raw).expect("an object");
+        let u = Unknown::decode(&raw[4..]).expect("an enveloped object");
+        let cm = k8s_pb::api::core::v1::ConfigMap::decode(u.raw.unwrap_or_default().as_slice())
+            .expect("a ConfigMap");
+        events.push((
+            ev.r#type.unwrap_or_default(),
+            cm.metadata.and_then(|m| m.name).unwrap_or_default(),
+        ));
+        rest = &rest[4 + len..];
+    }
+    assert!(rest.is_empty(), "no partial frame");
+    assert!(
+        events.contains(&("ADDED".to_string(), "watched".to_string())),
+        "{events:?}"
+    );
+}
