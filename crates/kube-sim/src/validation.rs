@@ -5,6 +5,10 @@
 //! types come from the protobuf field table (`crate::protobuf::schema`), generated from
 //! Kubernetes' own definitions, so every built-in kind is covered without per-kind code.
 
+use std::cell::RefCell;
+use std::collections::HashSet;
+
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
@@ -203,6 +207,84 @@ impl Walker<'_> {
     }
 }
 
+/// Walks raw JSON recording every key that repeats within its object, by path.
+struct DuplicateScan<'a> {
+    path: String,
+    found: &'a RefCell<Vec<String>>,
+}
+
+impl<'de> DeserializeSeed<'de> for DuplicateScan<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DuplicateScan<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
+        let mut seen = HashSet::new();
+        while let Some(key) = m.next_key::<String>()? {
+            let path = join(&self.path, &key);
+            if !seen.insert(key) {
+                self.found.borrow_mut().push(path.clone());
+            }
+            m.next_value_seed(DuplicateScan {
+                path,
+                found: self.found,
+            })?;
+        }
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<(), A::Error> {
+        let mut i = 0;
+        while s
+            .next_element_seed(DuplicateScan {
+                path: format!("{}[{i}]", self.path),
+                found: self.found,
+            })?
+            .is_some()
+        {
+            i += 1;
+        }
+        Ok(())
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+}
+
+/// The paths of fields a JSON body repeats (`spec.paused`); Go keeps the last value, as does
+/// serde_json, so only `fieldValidation` reports them.
+pub fn duplicate_fields(raw: &[u8]) -> Vec<String> {
+    let found = RefCell::new(vec![]);
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    let _ = DuplicateScan {
+        path: String::new(),
+        found: &found,
+    }
+    .deserialize(&mut de);
+    found.into_inner()
+}
+
 /// Validates a built-in kind's body in place (unknown fields removed). Returns the warnings to
 /// send (`Warn`), or the 400 kube-apiserver answers (`Strict` with unknown fields, or a value of
 /// the wrong type in any mode). Kinds without a message (custom resources) pass untouched.
@@ -210,6 +292,7 @@ pub fn admit(
     api_version: &str,
     kind: &str,
     body: &mut Value,
+    duplicates: &[String],
     mode: Mode,
 ) -> Result<Vec<String>, ApiError> {
     let s = schema();
@@ -229,11 +312,15 @@ pub fn admit(
     if let Some(e) = w.found.type_error {
         return Err(ApiError::bad_request(format!("{prefix}: {e}")));
     }
-    let unknown: Vec<String> = w
-        .found
-        .unknown
+    let unknown: Vec<String> = duplicates
         .iter()
-        .map(|p| format!("unknown field \"{p}\""))
+        .map(|p| format!("duplicate field \"{p}\""))
+        .chain(
+            w.found
+                .unknown
+                .iter()
+                .map(|p| format!("unknown field \"{p}\"")),
+        )
         .collect();
     match mode {
         Mode::Strict if !unknown.is_empty() => Err(ApiError::bad_request(format!(
@@ -253,7 +340,7 @@ mod tests {
     fn check(mut body: Value, mode: Mode) -> (Result<Vec<String>, String>, Value) {
         let av = body["apiVersion"].as_str().unwrap_or_default().to_string();
         let kind = body["kind"].as_str().unwrap_or_default().to_string();
-        let r = admit(&av, &kind, &mut body, mode).map_err(|e| {
+        let r = admit(&av, &kind, &mut body, &[], mode).map_err(|e| {
             e.to_status()["message"]
                 .as_str()
                 .unwrap_or_default()
@@ -289,6 +376,25 @@ mod tests {
         let w =
             json!({"apiVersion": "example.com/v1", "kind": "Widget", "spec": {"anything": true}});
         assert_eq!(check(w, Mode::Strict).0, Ok(vec![]));
+    }
+
+    #[test]
+    fn duplicate_fields_are_reported_by_path() {
+        let raw = br#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d"},
+            "spec":{"paused":false,"paused":true,"template":{"spec":{"containers":[{"name":"a","name":"b"}]}}}}"#;
+        let dups = duplicate_fields(raw);
+        assert_eq!(
+            dups,
+            ["spec.paused", "spec.template.spec.containers[0].name"]
+        );
+        let mut body: Value = serde_json::from_slice(raw).expect("json");
+        let err =
+            admit("apps/v1", "Deployment", &mut body, &dups, Mode::Strict).expect_err("strict");
+        assert_eq!(
+            err.to_status()["message"],
+            "Deployment in version \"v1\" cannot be handled as a Deployment: strict decoding error: duplicate field \"spec.paused\", duplicate field \"spec.template.spec.containers[0].name\""
+        );
+        assert!(duplicate_fields(b"{not json").is_empty());
     }
 
     #[test]

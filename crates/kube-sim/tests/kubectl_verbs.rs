@@ -466,4 +466,20 @@ async fn unknown_and_ill_typed_fields_of_built_in_kinds_get_the_servers_messages
         status["message"],
         "Secret in version \"v1\" cannot be handled as a Secret: illegal base64 data at input byte 3"
     );
+    // A field given twice in JSON text is a strict decoding error too (the e2e conformance case).
+    let (code, status) = common::raw_json(
+        &sim,
+        "POST",
+        "/apis/apps/v1/namespaces/default/deployments?fieldValidation=Strict",
+        "application/json",
+        r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"dup","unknownMeta":"foo"},
+            "spec":{"selector":{"matchLabels":{"app":"x"}},"paused":false,"paused":true,
+                    "template":{"metadata":{"labels":{"app":"x"}},"spec":{"containers":[{"name":"c","image":"nginx"}]}}}}"#,
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        status["message"],
+        "Deployment in version \"v1\" cannot be handled as a Deployment: strict decoding error: duplicate field \"spec.paused\", unknown field \"metadata.unknownMeta\""
+    );
 }

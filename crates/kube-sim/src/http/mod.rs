@@ -646,8 +646,9 @@ fn resource_request(
             Ok(object_response(200, info, &obj, accept, query))
         }
         (&Method::POST, None) => {
-            let mut body = decode_body(headers, body)?;
-            let warnings = validate_builtin(info, &mut body, query)?;
+            let raw = body;
+            let mut body = decode_body(headers, raw)?;
+            let warnings = validate_builtin(info, &mut body, raw, query)?;
             let opts = write_options(query, headers, false);
             let created = shared.lock().create(info, &ns, body, &opts)?;
             Ok(with_warnings(
@@ -664,8 +665,9 @@ fn resource_request(
             ))
         }
         (&Method::PUT, Some(name)) => {
-            let mut body = decode_body(headers, body)?;
-            let warnings = validate_builtin(info, &mut body, query)?;
+            let raw = body;
+            let mut body = decode_body(headers, raw)?;
+            let warnings = validate_builtin(info, &mut body, raw, query)?;
             let opts = write_options(query, headers, false);
             if rp.sub.as_deref() == Some("scale") {
                 let replicas = body["spec"]["replicas"].clone();
@@ -687,11 +689,12 @@ fn resource_request(
         }
         (&Method::PATCH, Some(name)) => {
             let pt = patch_type(headers)?;
-            let mut patch = decode_body(headers, body)?;
+            let raw = body;
+            let mut patch = decode_body(headers, raw)?;
             let warnings = if pt == PatchType::Json {
                 vec![]
             } else {
-                validate_builtin(info, &mut patch, query)?
+                validate_builtin(info, &mut patch, raw, query)?
             };
             let opts = write_options(query, headers, pt == PatchType::Apply);
             if rp.sub.as_deref() == Some("scale") {
@@ -754,6 +757,7 @@ fn resource_request(
 fn validate_builtin(
     info: &ResourceInfo,
     body: &mut Value,
+    raw: &Bytes,
     query: &Query,
 ) -> Result<Vec<String>, ApiError> {
     let mode = crate::validation::Mode::parse(query.get("fieldValidation"))?;
@@ -766,7 +770,13 @@ fn validate_builtin(
     let kind = body["kind"]
         .as_str()
         .map_or_else(|| info.kind.clone(), String::from);
-    crate::validation::admit(&api_version, &kind, body, mode)
+    // Protobuf and YAML bodies cannot repeat a field the way JSON text can.
+    let duplicates = if raw.first() == Some(&b'{') {
+        crate::validation::duplicate_fields(raw)
+    } else {
+        vec![]
+    };
+    crate::validation::admit(&api_version, &kind, body, &duplicates, mode)
 }
 
 /// kube-apiserver's `Warning: 299 - "..."` headers, one per warning.
