@@ -306,6 +306,16 @@ async fn api_resources_lists_every_built_in_group() {
         .collect();
     let want: Vec<&str> = API_RESOURCES_1_33.trim().lines().collect();
     assert_eq!(got, want);
+    // kubectl explain walks built-in schemas (from the OpenAPI v3 components).
+    let explained = k
+        .ok(&["explain", "deployment.spec.template.spec.hostNetwork"])
+        .await;
+    assert!(
+        explained.contains("FIELD: hostNetwork <boolean>"),
+        "{explained}"
+    );
+    let explained = k.ok(&["explain", "cronjob.spec"]).await;
+    assert!(explained.contains("schedule\t<string>"), "{explained}");
     // Each of them answers a list through kubectl's typed, protobuf-preferring client.
     k.ok(&[
         "get",

@@ -5,6 +5,7 @@
 //! so no kind needs hand-written code; custom resources have no protobuf form (415, as upstream).
 
 pub(crate) mod json;
+pub mod openapi;
 pub mod schema;
 mod wire;
 
