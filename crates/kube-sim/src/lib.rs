@@ -34,7 +34,7 @@ pub mod faults;
 mod http;
 pub mod patch;
 pub mod persistence;
-pub mod proto;
+pub mod protobuf;
 pub mod rbac;
 pub mod registry;
 pub mod request_info;
@@ -46,6 +46,7 @@ pub mod store;
 pub mod testbed;
 pub mod tls;
 pub mod util;
+pub mod validation;
 pub mod workloads;
 
 pub use server::{Config, Error, KubeSim};

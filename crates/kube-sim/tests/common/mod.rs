@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: a started server, raw HTTP, kubectl.
 #![allow(dead_code)]
 
+pub mod kubectl;
+
 use kube_sim::{Config, KubeSim};
 use serde_json::Value;
 use std::io::{Read, Write};
