@@ -184,6 +184,7 @@ pub async fn main_with(args: Args) -> ExitCode {
 
 /// Start-up, run until SIGTERM/SIGINT (or a lost lease), then drain in order.
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    let telemetry = telemetry::init(SERVICE_NAME, &args.common)?;
     let hub_kubeconfig = args
         .hub_kubeconfig
         .clone()
@@ -193,7 +194,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .clone()
         .filter(|n| !n.is_empty())
         .ok_or_else(|| anyhow::anyhow!("--hub-namespace is required"))?;
-    let telemetry = telemetry::init(SERVICE_NAME, &args.common)?;
     let shutdown = Shutdown::on_signals()?;
     let worker = args.common.kube_client().await?;
     let hub = client_for(&hub_kubeconfig).await?;

@@ -115,11 +115,15 @@ mod tests {
         );
         let c = &pod["spec"]["containers"][0];
         assert_eq!(c["command"][0], "gw-sidecar");
+        let args = c["args"].as_array().expect("args");
         assert_eq!(
-            c["args"][0..4],
-            json!(["--backend", "memory", "--listen", "$(POD_IP):5000"])
-                .as_array()
-                .expect("array")[..]
+            args[..4],
+            [
+                json!("--backend"),
+                json!("memory"),
+                json!("--listen"),
+                json!("$(POD_IP):5000")
+            ]
         );
         assert_eq!(
             c["args"].as_array().expect("args").last(),
