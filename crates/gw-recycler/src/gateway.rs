@@ -108,7 +108,11 @@ impl GatewayReconciler {
             .get(&key)
             == Some(&hops);
         if !unchanged {
-            self.sidecars.set_next_hops(&router, &subnet, &hops).await?;
+            if let Err(error) = self.sidecars.set_next_hops(&router, &subnet, &hops).await {
+                // Unknown what the router holds now: push again on the next pass.
+                self.forget_pushed(&key);
+                return Err(error.into());
+            }
             tracing::info!(?hops, %router, "router next hops pushed");
             self.pushed
                 .lock()
@@ -116,6 +120,13 @@ impl GatewayReconciler {
                 .insert(key, hops);
         }
         Ok(Pending(unready))
+    }
+
+    fn forget_pushed(&self, key: &(String, String)) {
+        self.pushed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
     }
 
     async fn ensure_deployments(

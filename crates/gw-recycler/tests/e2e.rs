@@ -32,11 +32,14 @@ struct Testbed {
 }
 
 impl Testbed {
-    async fn start() -> Self {
+    /// `octet`: pod IPs come from 127.<octet>.0.0/16 and the next two, distinct per test so
+    /// tests running at once never share a pod IP.
+    async fn start(octet: u8) -> Self {
+        let cidr = |n: u8| format!("127.{}.0.0/16", octet + n);
         Self {
-            hub: Cluster::start("127.30.0.0/16", HUB_NS).await,
-            server: Worker::start("127.31.0.0/16", SERVER_GW, "Server", SERVER_REMOTE_SUBNET).await,
-            client: Worker::start("127.32.0.0/16", CLIENT_GW, "Client", CLIENT_REMOTE_SUBNET).await,
+            hub: Cluster::start(&cidr(0), HUB_NS).await,
+            server: Worker::start(&cidr(1), SERVER_GW, "Server", SERVER_REMOTE_SUBNET).await,
+            client: Worker::start(&cidr(2), CLIENT_GW, "Client", CLIENT_REMOTE_SUBNET).await,
         }
     }
 
@@ -172,7 +175,7 @@ async fn events_on_hub(hub: &Cluster) -> Vec<Event> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recycle_moves_both_routers_to_the_new_gateways_without_a_gap() {
-    let bed = Arc::new(Testbed::start().await);
+    let bed = Arc::new(Testbed::start(30).await);
     let _server = bed
         .server
         .spawn_recycler(&bed.hub, &["--drain-delay", "300ms"])
@@ -197,7 +200,7 @@ async fn a_recycle_moves_both_routers_to_the_new_gateways_without_a_gap() {
     sampler.abort();
 
     assert_eq!(
-        stdout.lines().filter(|l| l.starts_with("state: ")).last(),
+        stdout.lines().rfind(|l| l.starts_with("state: ")),
         Some("state: end")
     );
     let expected = [
@@ -282,7 +285,7 @@ async fn a_recycle_moves_both_routers_to_the_new_gateways_without_a_gap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_mid_recycle_resumes_and_creates_nothing_twice() {
-    let bed = Arc::new(Testbed::start().await);
+    let bed = Arc::new(Testbed::start(33).await);
     let mut server = bed
         .server
         .spawn_recycler(&bed.hub, &["--drain-delay", "100ms"])
@@ -369,7 +372,7 @@ async fn a_server_killed_mid_recycle_resumes_and_creates_nothing_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_condition_that_never_comes_ends_in_error_state_with_a_warning() {
-    let bed = Arc::new(Testbed::start().await);
+    let bed = Arc::new(Testbed::start(36).await);
     // No recycler on the client cluster: the client never responds.
     let _server = bed
         .server
