@@ -16,6 +16,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
+use kube_sim::faults::{ErrorRule, FaultConfig};
 
 mod common;
 use common::{
@@ -414,4 +415,49 @@ async fn a_condition_that_never_comes_ends_in_error_state_with_a_warning() {
     .await;
     let note = warning.note.unwrap_or_default();
     assert!(note.contains("new_deployment_created_state"), "{note}");
+}
+
+/// 5% of the recyclers' writes fail and every watch is cut after a few events, on all three
+/// clusters: each step is retried from the CR and the recycle still ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recycle_ends_despite_write_errors_and_cut_watches() {
+    let bed = Arc::new(Testbed::start(39).await);
+    let _server = bed
+        .server
+        .spawn_recycler(&bed.hub, &["--drain-delay", "100ms"])
+        .await;
+    let _client = bed.client.spawn_recycler(&bed.hub, &[]).await;
+    wait_steady(&bed.server, &["red-a-b-0-0", "red-a-b-1-0"]).await;
+    wait_steady(&bed.client, &["red-b-a-0-0", "red-b-a-1-0"]).await;
+    let faults = || FaultConfig {
+        seed: 7,
+        errors: vec![ErrorRule {
+            verbs: ["create", "update", "patch", "delete"]
+                .map(String::from)
+                .into(),
+            resources: Vec::new(),
+            rate: 0.05,
+            code: 500,
+            retry_after_seconds: 1,
+        }],
+        watch_max_events: Some(5),
+        ..FaultConfig::default()
+    };
+    bed.server.cluster.sim.set_faults(faults());
+    bed.client.cluster.sim.set_faults(faults());
+    // The trigger's own create is not under test: faults on the hub start after it.
+    assert!(bed.trigger(&[]).await.status.success());
+    bed.hub.sim.set_faults(faults());
+
+    eventually(WAIT, "recycle ends", || async {
+        let cr = bed.recyclers().get("red-a-b-0-0").await.ok()?;
+        (cr.state().as_str() == "end").then_some(())
+    })
+    .await;
+    bed.server.cluster.sim.set_faults(FaultConfig::default());
+    bed.client.cluster.sim.set_faults(FaultConfig::default());
+    wait_steady(&bed.server, &["red-a-b-0-1", "red-a-b-1-0"]).await;
+    wait_steady(&bed.client, &["red-b-a-0-1", "red-b-a-1-0"]).await;
+    assert!(intermediate(&bed.server).await.is_empty());
+    assert!(intermediate(&bed.client).await.is_empty());
 }
