@@ -461,3 +461,40 @@ async fn a_recycle_ends_despite_write_errors_and_cut_watches() {
     assert!(intermediate(&bed.server).await.is_empty());
     assert!(intermediate(&bed.client).await.is_empty());
 }
+
+/// The server's router sidecar is unreachable while the recycle needs it: the step waits (the
+/// route via the new gateway cannot be verified) and proceeds once the router answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_down_for_a_while_holds_the_step_until_it_returns() {
+    let bed = Arc::new(Testbed::start(42).await);
+    let _server = bed
+        .server
+        .spawn_recycler(&bed.hub, &["--drain-delay", "100ms"])
+        .await;
+    let _client = bed.client.spawn_recycler(&bed.hub, &[]).await;
+    wait_steady(&bed.server, &["red-a-b-0-0", "red-a-b-1-0"]).await;
+    wait_steady(&bed.client, &["red-b-a-0-0", "red-b-a-1-0"]).await;
+
+    let outage = {
+        let bed = bed.clone();
+        tokio::spawn(async move {
+            bed.server
+                .kubelet
+                .router_outage(Duration::from_secs(3))
+                .await
+        })
+    };
+    assert!(bed.trigger(&[]).await.status.success());
+    // While the router is away the server cannot see the route via newS.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let cr = bed.recyclers().get("red-a-b-0-0").await.expect("recycler");
+    assert_eq!(cr.state().as_str(), "new_deployment_created_state");
+    outage.await.expect("router back");
+
+    eventually(WAIT, "recycle ends after the router returns", || async {
+        let cr = bed.recyclers().get("red-a-b-0-0").await.ok()?;
+        (cr.state().as_str() == "end").then_some(())
+    })
+    .await;
+    wait_steady(&bed.server, &["red-a-b-0-1", "red-a-b-1-0"]).await;
+}

@@ -204,6 +204,7 @@ impl Worker {
     }
 }
 
+/// Per pod uid: the stop signal of its sidecar and, for the router, its route table.
 type Running = HashMap<String, (oneshot::Sender<()>, Option<Arc<MemoryRouter>>)>;
 
 /// Plays kubelet for the sidecar containers: a router-sidecar for the slice router pod, a
@@ -211,6 +212,8 @@ type Running = HashMap<String, (oneshot::Sender<()>, Option<Arc<MemoryRouter>>)>
 /// `tun0` UP) for each gateway pod, on `<podIP>:5000`, stopped when the pod goes.
 pub struct Kubelet {
     running: Arc<Mutex<Running>>,
+    /// Router pod uid -> its sidecar address.
+    router_addrs: Arc<Mutex<HashMap<String, SocketAddr>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -223,21 +226,27 @@ impl Drop for Kubelet {
 impl Kubelet {
     fn start(client: kube::Client) -> Self {
         let running: Arc<Mutex<Running>> = Arc::default();
+        let router_addrs: Arc<Mutex<HashMap<String, SocketAddr>>> = Arc::default();
         let state = running.clone();
+        let addrs = router_addrs.clone();
         let task = tokio::spawn(async move {
             let api: Api<Pod> = Api::namespaced(client, NS);
             let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
             while let Some(event) = events.next().await {
                 match event {
                     Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
-                        Self::apply(&state, &pod).await;
+                        Self::apply(&state, &addrs, &pod).await;
                     }
                     Ok(watcher::Event::Delete(pod)) => Self::stop(&state, &pod),
                     _ => {}
                 }
             }
         });
-        Self { running, task }
+        Self {
+            running,
+            router_addrs,
+            task,
+        }
     }
 
     fn key(pod: &Pod) -> String {
@@ -250,7 +259,11 @@ impl Kubelet {
         }
     }
 
-    async fn apply(state: &Mutex<Running>, pod: &Pod) {
+    async fn apply(
+        state: &Mutex<Running>,
+        router_addrs: &Mutex<HashMap<String, SocketAddr>>,
+        pod: &Pod,
+    ) {
         if pod.metadata.deletion_timestamp.is_some() {
             return Self::stop(state, pod);
         }
@@ -277,15 +290,15 @@ impl Kubelet {
         let shutdown = async move {
             let _ = stopped.await;
         };
-        let metrics = GrpcMetrics::register(&mut Registry::default());
         let mut router = None;
         if labels.contains_key("networkservicemesh.io/impl") {
             let backend = Arc::new(MemoryRouter::new(Vec::new()));
             router = Some(backend.clone());
-            let service = RouterSidecar::new(backend).into_server();
-            tokio::spawn(sidecar_shim::server::serve(
-                listener, service, metrics, None, shutdown,
-            ));
+            serve_router(listener, backend, shutdown);
+            router_addrs
+                .lock()
+                .expect("lock")
+                .insert(Self::key(pod), addr);
         } else if labels.get("kubeslice.io/pod-type").map(String::as_str) == Some("slicegateway") {
             let backend = Arc::new(MemoryGw::new(MemoryGwStatus {
                 nsm_ip: ip.clone(),
@@ -300,6 +313,7 @@ impl Kubelet {
                 pod_name: pod.metadata.name.clone().unwrap_or_default(),
             };
             let service = GwSidecar::new(backend, identity, PeerConfig::default()).into_server();
+            let metrics = GrpcMetrics::register(&mut Registry::default());
             tokio::spawn(sidecar_shim::server::serve(
                 listener, service, metrics, None, shutdown,
             ));
@@ -312,6 +326,43 @@ impl Kubelet {
             .insert(Self::key(pod), (stop, router));
     }
 
+    /// Makes the router sidecar unreachable for `outage` (its route table survives, as in a
+    /// network partition), then serves it again on the same address.
+    pub async fn router_outage(&self, outage: Duration) {
+        let (uid, router) = {
+            let mut running = self.running.lock().expect("lock");
+            let uid = running
+                .iter()
+                .find(|(_, (_, r))| r.is_some())
+                .map(|(uid, _)| uid.clone())
+                .expect("a router runs");
+            let (stop, router) = running.remove(&uid).expect("router entry");
+            let _ = stop.send(());
+            (uid, router.expect("router backend"))
+        };
+        let addr = *self
+            .router_addrs
+            .lock()
+            .expect("lock")
+            .get(&uid)
+            .expect("router addr");
+        tokio::time::sleep(outage).await;
+        let listener = loop {
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(l) => break l,
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        serve_router(listener, router.clone(), async move {
+            let _ = stopped.await;
+        });
+        self.running
+            .lock()
+            .expect("lock")
+            .insert(uid, (stop, Some(router)));
+    }
+
     /// The memory routers of the Running router pods.
     pub fn routers(&self) -> Vec<Arc<MemoryRouter>> {
         self.running
@@ -321,6 +372,18 @@ impl Kubelet {
             .filter_map(|(_, r)| r.clone())
             .collect()
     }
+}
+
+fn serve_router(
+    listener: tokio::net::TcpListener,
+    backend: Arc<MemoryRouter>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let metrics = GrpcMetrics::register(&mut Registry::default());
+    let service = RouterSidecar::new(backend).into_server();
+    tokio::spawn(sidecar_shim::server::serve(
+        listener, service, metrics, None, shutdown,
+    ));
 }
 
 /// Polls `check` until it returns `Some`, for at most `secs` seconds.
