@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use capstan_apis::networking::SliceGateway;
 use capstan_apis::worker::WorkerSliceGwRecycler;
+use capstan_runtime::testing::http_get;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;
@@ -177,7 +178,7 @@ async fn events_on_hub(hub: &Cluster) -> Vec<Event> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recycle_moves_both_routers_to_the_new_gateways_without_a_gap() {
     let bed = Arc::new(Testbed::start(30).await);
-    let _server = bed
+    let server = bed
         .server
         .spawn_recycler(&bed.hub, &["--drain-delay", "300ms"])
         .await;
@@ -264,6 +265,20 @@ async fn a_recycle_moves_both_routers_to_the_new_gateways_without_a_gap() {
     })
     .await;
     assert!(!reasons.contains("FSMErrorState"), "{reasons:?}");
+
+    // The server counted each transition once and one finished recycle.
+    let metrics = http_get(server.admin_addr(), "/metrics")
+        .await
+        .expect("metrics")
+        .body;
+    for line in [
+        r#"capstan_gw_recycler_transitions_total{from="init",to="new_deployment_created_state"} 1"#,
+        r#"capstan_gw_recycler_transitions_total{from="old_deployment_deleted_state",to="end"} 1"#,
+        r#"capstan_gw_recycler_recycles_total{outcome="end"} 1"#,
+        "capstan_gw_recycler_recycle_duration_seconds_count 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
 
     // A second trigger while none is in progress starts anew; one in progress is refused.
     let again = bed
