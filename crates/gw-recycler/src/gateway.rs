@@ -30,7 +30,8 @@ pub struct GatewayReconciler {
     pub template: GatewayTemplate,
     pub sidecars: Sidecars,
     pub manager: String,
-    /// Last next hops pushed per (gateway, router IP): pushed again only when they change.
+    /// Last next hops pushed per (gateway, router pod uid): pushed again when they change, to a
+    /// new router pod, or after a failed push.
     pushed: Mutex<HashMap<(String, String), Vec<String>>>,
 }
 
@@ -97,10 +98,12 @@ impl GatewayReconciler {
             })
             .collect();
         let hops = next_hops(&facts);
-        let (Some(router), Some(subnet)) = (world.router_ip(&slice), remote_subnet(gateway)) else {
+        let (Some((router_uid, router)), Some(subnet)) =
+            (world.router(&slice), remote_subnet(gateway))
+        else {
             return Ok(Pending(unready));
         };
-        let key = (name.clone(), router.clone());
+        let key = (name.clone(), router_uid);
         let unchanged = self
             .pushed
             .lock()

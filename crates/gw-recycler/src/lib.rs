@@ -290,7 +290,8 @@ pub async fn run_controllers(context: Context) {
             () = context.shutdown.cancelled() => return,
         }
         if !context.leader.is_leader() {
-            next = None;
+            // Nothing announces gaining the lease: look again shortly.
+            next = Some(PROBE_BACKOFF_MAX);
             continue;
         }
         let (probe_again, progressed, recheck_after) = pass(&context).await;

@@ -131,9 +131,14 @@ impl World {
 
     /// The IP of the slice's Running router pod.
     pub fn router_ip(&self, slice: &str) -> Option<String> {
+        self.router(slice).map(|(_, ip)| ip)
+    }
+
+    /// The uid and IP of the slice's Running router pod (a replaced pod may reuse the IP).
+    pub fn router(&self, slice: &str) -> Option<(String, String)> {
         self.running_pods(LABEL_NSM_IMPL, &slice_router_impl_label(slice))
             .into_iter()
-            .find_map(|p| pod_ip(&p))
+            .find_map(|p| Some((p.metadata.uid.clone().unwrap_or_default(), pod_ip(&p)?)))
     }
 }
 
