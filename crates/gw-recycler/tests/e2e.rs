@@ -75,6 +75,32 @@ impl Testbed {
         seen
     }
 
+    /// Waits until both workers serve through their generation-0 gateways.
+    async fn wait_initial_gateways(&self) -> (BTreeSet<IpAddr>, BTreeSet<IpAddr>) {
+        (
+            wait_steady(&self.server, &["red-a-b-0-0", "red-a-b-1-0"]).await,
+            wait_steady(&self.client, &["red-b-a-0-0", "red-b-a-1-0"]).await,
+        )
+    }
+
+    /// Waits until instance 0 of both workers moved to generation 1 and the routers follow.
+    async fn wait_recycled_gateways(&self) -> (BTreeSet<IpAddr>, BTreeSet<IpAddr>) {
+        (
+            wait_steady(&self.server, &["red-a-b-0-1", "red-a-b-1-0"]).await,
+            wait_steady(&self.client, &["red-b-a-0-1", "red-b-a-1-0"]).await,
+        )
+    }
+
+    /// Waits until the recycle of `red-a-b-0-0` is in `state`.
+    async fn wait_state(&self, state: &str) {
+        let what = format!("recycle in {state}");
+        eventually(WAIT, &what, || async {
+            let cr = self.recyclers().get("red-a-b-0-0").await.ok()?;
+            (cr.state().as_str() == state).then_some(())
+        })
+        .await;
+    }
+
     async fn trigger(&self, extra: &[&str]) -> std::process::Output {
         let mut args = vec![
             "trigger",
@@ -183,8 +209,7 @@ async fn a_recycle_moves_both_routers_to_the_new_gateways_without_a_gap() {
         .spawn_recycler(&bed.hub, &["--drain-delay", "300ms"])
         .await;
     let _client = bed.client.spawn_recycler(&bed.hub, &[]).await;
-    let old_server = wait_steady(&bed.server, &["red-a-b-0-0", "red-a-b-1-0"]).await;
-    let old_client = wait_steady(&bed.client, &["red-b-a-0-0", "red-b-a-1-0"]).await;
+    let (old_server, old_client) = bed.wait_initial_gateways().await;
 
     let states = bed.record_states("red-a-b-0-0");
     let untouched = [
@@ -228,8 +253,7 @@ async fn a_recycle_moves_both_routers_to_the_new_gateways_without_a_gap() {
     );
 
     // New deployments regular, old ones gone, routers only at the new gateways' NSM IPs.
-    let new_server = wait_steady(&bed.server, &["red-a-b-0-1", "red-a-b-1-0"]).await;
-    let new_client = wait_steady(&bed.client, &["red-b-a-0-1", "red-b-a-1-0"]).await;
+    let (new_server, new_client) = bed.wait_recycled_gateways().await;
     assert!(intermediate(&bed.server).await.is_empty());
     assert!(intermediate(&bed.client).await.is_empty());
     let old_only: Vec<_> = old_server.difference(&new_server).collect();
@@ -311,8 +335,7 @@ async fn a_server_killed_mid_recycle_resumes_and_creates_nothing_twice() {
         .client
         .spawn_recycler(&bed.hub, &["--role", "server"])
         .await;
-    wait_steady(&bed.server, &["red-a-b-0-0", "red-a-b-1-0"]).await;
-    wait_steady(&bed.client, &["red-b-a-0-0", "red-b-a-1-0"]).await;
+    bed.wait_initial_gateways().await;
 
     // Count creations of the new server deployment from here on.
     let created = Arc::new(AtomicUsize::new(0));
@@ -358,11 +381,7 @@ async fn a_server_killed_mid_recycle_resumes_and_creates_nothing_twice() {
     drop(client_gateways);
     let _client = bed.client.spawn_recycler(&bed.hub, &[]).await;
 
-    eventually(WAIT, "recycle ends", || async {
-        let cr = bed.recyclers().get("red-a-b-0-0").await.ok()?;
-        (cr.state().as_str() == "end").then_some(())
-    })
-    .await;
+    bed.wait_state("end").await;
     eventually(10, "the watch saw end", || async {
         (states.lock().expect("lock").last().map(String::as_str) == Some("end")).then_some(())
     })
@@ -382,8 +401,7 @@ async fn a_server_killed_mid_recycle_resumes_and_creates_nothing_twice() {
         1,
         "red-a-b-0-1 created once"
     );
-    wait_steady(&bed.server, &["red-a-b-0-1", "red-a-b-1-0"]).await;
-    wait_steady(&bed.client, &["red-b-a-0-1", "red-b-a-1-0"]).await;
+    bed.wait_recycled_gateways().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -442,8 +460,7 @@ async fn a_recycle_ends_despite_write_errors_and_cut_watches() {
         .spawn_recycler(&bed.hub, &["--drain-delay", "100ms"])
         .await;
     let _client = bed.client.spawn_recycler(&bed.hub, &[]).await;
-    wait_steady(&bed.server, &["red-a-b-0-0", "red-a-b-1-0"]).await;
-    wait_steady(&bed.client, &["red-b-a-0-0", "red-b-a-1-0"]).await;
+    bed.wait_initial_gateways().await;
     let faults = || FaultConfig {
         seed: 7,
         errors: vec![ErrorRule {
@@ -464,15 +481,10 @@ async fn a_recycle_ends_despite_write_errors_and_cut_watches() {
     assert!(bed.trigger(&[]).await.status.success());
     bed.hub.sim.set_faults(faults());
 
-    eventually(WAIT, "recycle ends", || async {
-        let cr = bed.recyclers().get("red-a-b-0-0").await.ok()?;
-        (cr.state().as_str() == "end").then_some(())
-    })
-    .await;
+    bed.wait_state("end").await;
     bed.server.cluster.sim.set_faults(FaultConfig::default());
     bed.client.cluster.sim.set_faults(FaultConfig::default());
-    wait_steady(&bed.server, &["red-a-b-0-1", "red-a-b-1-0"]).await;
-    wait_steady(&bed.client, &["red-b-a-0-1", "red-b-a-1-0"]).await;
+    bed.wait_recycled_gateways().await;
     assert!(intermediate(&bed.server).await.is_empty());
     assert!(intermediate(&bed.client).await.is_empty());
 }
@@ -487,8 +499,7 @@ async fn a_router_down_for_a_while_holds_the_step_until_it_returns() {
         .spawn_recycler(&bed.hub, &["--drain-delay", "100ms"])
         .await;
     let _client = bed.client.spawn_recycler(&bed.hub, &[]).await;
-    wait_steady(&bed.server, &["red-a-b-0-0", "red-a-b-1-0"]).await;
-    wait_steady(&bed.client, &["red-b-a-0-0", "red-b-a-1-0"]).await;
+    bed.wait_initial_gateways().await;
 
     let outage = {
         let bed = bed.clone();
@@ -506,10 +517,6 @@ async fn a_router_down_for_a_while_holds_the_step_until_it_returns() {
     assert_eq!(cr.state().as_str(), "new_deployment_created_state");
     outage.await.expect("router back");
 
-    eventually(WAIT, "recycle ends after the router returns", || async {
-        let cr = bed.recyclers().get("red-a-b-0-0").await.ok()?;
-        (cr.state().as_str() == "end").then_some(())
-    })
-    .await;
+    bed.wait_state("end").await;
     wait_steady(&bed.server, &["red-a-b-0-1", "red-a-b-1-0"]).await;
 }
