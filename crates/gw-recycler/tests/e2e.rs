@@ -520,3 +520,45 @@ async fn a_router_down_for_a_while_holds_the_step_until_it_returns() {
     bed.wait_state("end").await;
     wait_steady(&bed.server, &["red-a-b-0-1", "red-a-b-1-0"]).await;
 }
+
+/// Both recyclers killed (-9) while the server drains in old_deployment_deleted_state: restarted,
+/// they finish from the CR (the drain counts from the recorded state time) without redoing steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_recyclers_killed_while_draining_finish_after_restart() {
+    let bed = Arc::new(Testbed::start(45).await);
+    let drain = ["--drain-delay", "3s"];
+    let mut server = bed.server.spawn_recycler(&bed.hub, &drain).await;
+    let mut client = bed.client.spawn_recycler(&bed.hub, &[]).await;
+    bed.wait_initial_gateways().await;
+    let states = bed.record_states("red-a-b-0-0");
+    assert!(bed.trigger(&[]).await.status.success());
+    bed.wait_state("old_deployment_deleted_state").await;
+    for bin in [&mut server, &mut client] {
+        bin.signal(nix::sys::signal::Signal::SIGKILL)
+            .expect("kill -9");
+        let _ = bin.wait_exit(Duration::from_secs(10)).await;
+    }
+    let _server = bed.server.spawn_recycler(&bed.hub, &drain).await;
+    let _client = bed.client.spawn_recycler(&bed.hub, &[]).await;
+    bed.wait_state("end").await;
+    eventually(10, "the watch saw end", || async {
+        (states.lock().expect("lock").last().map(String::as_str) == Some("end")).then_some(())
+    })
+    .await;
+    assert_eq!(
+        *states.lock().expect("lock"),
+        [
+            "init",
+            "new_deployment_created_state",
+            "slicerouter_updated_state",
+            "old_deployment_deleted_state",
+            "end"
+        ]
+    );
+    let cr = bed.recyclers().get("red-a-b-0-0").await.expect("recycler");
+    assert_eq!(
+        cr.response().map(|r| r.to_string()).as_deref(),
+        Some("old_gw_deployment_deleted")
+    );
+    bed.wait_recycled_gateways().await;
+}
