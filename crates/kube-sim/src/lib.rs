@@ -27,6 +27,7 @@ pub mod defaults;
 pub mod error;
 pub mod faults;
 mod http;
+pub mod kubelet;
 pub mod patch;
 pub mod persistence;
 pub mod proto;

@@ -22,6 +22,8 @@ pub struct Config {
     /// Run the workload simulation (Deployments -> ReplicaSets -> running Pods, see `workloads.rs`).
     pub simulate_workloads: bool,
     pub workloads: crate::workloads::WorkloadOptions,
+    /// Containers that really run (`--exec-images`), their logs and exec (see `kubelet/`).
+    pub kubelet: crate::kubelet::KubeletConfig,
     /// Persist every acknowledged write here and replay it at start (see `persistence.rs`).
     pub data_dir: Option<std::path::PathBuf>,
     /// Bearer-token authentication and RBAC (off by default: every request is admin).
@@ -39,6 +41,7 @@ impl Default for Config {
             faults: crate::faults::FaultConfig::default(),
             simulate_workloads: false,
             workloads: crate::workloads::WorkloadOptions::default(),
+            kubelet: crate::kubelet::KubeletConfig::default(),
             data_dir: None,
             auth: crate::auth::AuthConfig::default(),
             tls: false,
@@ -113,6 +116,8 @@ impl KubeSim {
             .fallback(dispatch)
             .with_state(shared.clone());
         let testbed = crate::testbed::Testbed::start(&config, shared.clone())?;
+        // Pod logs, exec, attach and port-forward are served by the kubelet side (http/stream.rs).
+        let app = crate::http::stream::wrap(app, shared.clone(), testbed.kubelet.clone());
         let app = testbed.wrap(app);
         let tls = if config.tls {
             Some(Arc::new(crate::tls::TlsMaterial::generate(addr.ip())?))
@@ -213,6 +218,7 @@ impl KubeSim {
     /// Stops serving: open watches end, in-flight requests finish.
     pub async fn shutdown(self) {
         self.shared.shutdown.cancel();
+        self.testbed.kubelet.shutdown().await;
         let _ = self.task.await;
     }
 }

@@ -36,6 +36,7 @@ pub struct Testbed {
     /// Bumped to end every open watch stream cleanly (the client resumes from its last RV).
     cut: tokio::sync::watch::Sender<u64>,
     pub(crate) nodes: Arc<Nodes>,
+    pub(crate) kubelet: Arc<crate::kubelet::Kubelet>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) auth: Authenticator,
 }
@@ -48,6 +49,8 @@ pub enum TestbedError {
     Auth(#[from] crate::auth::AuthError),
     #[error(transparent)]
     Persistence(#[from] crate::persistence::PersistenceError),
+    #[error(transparent)]
+    Kubelet(#[from] crate::kubelet::KubeletError),
 }
 
 impl Testbed {
@@ -63,6 +66,7 @@ impl Testbed {
             faults: FaultInjector::new(config.faults.clone()),
             cut: tokio::sync::watch::Sender::new(0),
             nodes: Arc::new(Nodes::default()),
+            kubelet: Arc::new(crate::kubelet::Kubelet::new(config.kubelet.clone())?),
             shared: shared.clone(),
             auth: Authenticator::new(&config.auth)?,
         });
@@ -71,6 +75,7 @@ impl Testbed {
             crate::workloads::Simulation {
                 options: config.workloads.clone(),
                 nodes: tb.nodes.clone(),
+                kubelet: tb.kubelet.clone(),
             },
             config.simulate_workloads,
         );

@@ -2,7 +2,9 @@
 //! encode), so that accounting and fault injection can hook in at a single place.
 
 mod discovery;
+mod exec;
 mod openapi;
+pub mod stream;
 pub mod table;
 mod watch;
 

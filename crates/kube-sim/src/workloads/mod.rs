@@ -61,6 +61,8 @@ pub enum WorkloadError {
 pub struct Simulation {
     pub options: WorkloadOptions,
     pub nodes: Arc<Nodes>,
+    /// Runs the containers of `--exec-images` pods as processes.
+    pub kubelet: Arc<crate::kubelet::Kubelet>,
 }
 
 fn uid(obj: &Value) -> &str {
@@ -193,6 +195,7 @@ fn relevant(key: &crate::registry::StorageKey) -> bool {
 pub fn spawn(shared: Arc<Shared>, sim: Simulation, simulate: bool) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let nodes = sim.nodes.clone();
+        let containers_changed = sim.kubelet.changed.clone();
         let mut heartbeat = tokio::time::interval(sim.options.heartbeat_interval);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let (mut rx, _) = shared.lock().store.subscribe();
@@ -226,6 +229,7 @@ pub fn spawn(shared: Arc<Shared>, sim: Simulation, simulate: bool) -> tokio::tas
             loop {
                 tokio::select! {
                     _ = shared.shutdown.cancelled() => return,
+                    _ = containers_changed.notified(), if simulate => break,
                     _ = heartbeat.tick() => {
                         nodes.heartbeat(&mut shared.lock());
                         break;
@@ -267,6 +271,10 @@ mod tests {
         Simulation {
             options: WorkloadOptions::default(),
             nodes: Arc::new(Nodes::default()),
+            kubelet: Arc::new(
+                crate::kubelet::Kubelet::new(crate::kubelet::KubeletConfig::default())
+                    .expect("log directory"),
+            ),
         }
     }
 
