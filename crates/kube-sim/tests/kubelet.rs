@@ -95,11 +95,9 @@ fn ready(p: &Value) -> bool {
 fn get(addr: &str, path: &str) -> Option<String> {
     let mut s = std::net::TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
+    // One write: the test server answers after its first read.
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).ok()?;
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     Some(out)
@@ -140,7 +138,13 @@ async fn a_testpod_runs_with_expanded_env_serves_its_ip_restarts_and_stops_on_de
     let ip = p["status"]["podIP"].as_str().expect("pod IP").to_string();
     assert!(ip.starts_with("127.11.0."), "{ip}");
     let addr = format!("{ip}:8080");
-    let hello = get(&addr, "/").expect("the pod serves on its own IP");
+    let Some(hello) = get(&addr, "/") else {
+        let (_, log) = logs(&sim, "web-0", "").await;
+        panic!(
+            "the pod does not serve on its own IP: {log}\n{:#}",
+            pod(&sim, "web-0").await["status"]
+        );
+    };
     assert!(hello.ends_with("hello from web-0"), "{hello}");
 
     // Env and $(VAR) expansion, stdout and stderr in the log.
@@ -238,6 +242,25 @@ async fn a_pod_that_exits_under_restart_policy_never_succeeds_or_fails() {
     assert_eq!(cs["state"]["terminated"]["exitCode"], 0, "{cs}");
     assert_eq!(cs["state"]["terminated"]["reason"], "Completed");
     assert_eq!(cs["restartCount"], 0);
+
+    // A pod whose containers no kubelet runs: exec fails as kube-apiserver's does without one.
+    let nginx = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nginx", "namespace": "default"},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}]}});
+    create(&sim, &nginx.to_string()).await;
+    wait_pod(&sim, "nginx", "Ready", ready).await;
+    let (code, status) = common::raw_json(
+        &sim,
+        "POST",
+        "/api/v1/namespaces/default/pods/nginx/exec?command=true&stdout=true",
+        "application/json",
+        "",
+    )
+    .await;
+    assert_eq!(code, 500, "{status}");
+    assert_eq!(
+        status["message"],
+        "error dialing backend: dial tcp 127.0.1.1:10250: connect: connection refused"
+    );
     sim.shutdown().await;
 }
 
@@ -374,5 +397,57 @@ async fn python_client_stream_exec_runs_in_the_pod() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    sim.shutdown().await;
+}
+
+/// The workspace's `gw-sidecar` binary (`cargo build -p sidecar-shim --bin gw-sidecar`).
+fn gw_sidecar_dir() -> PathBuf {
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/debug"));
+    assert!(
+        dir.join("gw-sidecar").is_file(),
+        "build it first: cargo build -p sidecar-shim --bin gw-sidecar"
+    );
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_gw_sidecar_runs_as_a_pod_and_serves_grpc_on_its_pod_ip() {
+    let sim = common::start_with(Config {
+        simulate_workloads: true,
+        workloads: kube_sim::workloads::WorkloadOptions {
+            pod_cidr: "127.11.4.0/24".into(),
+            ..Default::default()
+        },
+        kubelet: KubeletConfig {
+            exec_images: vec![("capstan/gw-sidecar".into(), gw_sidecar_dir())],
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let body = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gw", "namespace": "default"},
+        "spec": {"containers": [{"name": "gw-sidecar", "image": "capstan/gw-sidecar:latest",
+            "command": ["gw-sidecar"],
+            "args": ["--backend", "memory", "--listen", "$(POD_IP):5000", "--metrics-addr", "$(POD_IP):8080"],
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 1}}]}});
+    create(&sim, &body.to_string()).await;
+    let p = wait_pod(&sim, "gw", "Ready", ready).await;
+    let ip = p["status"]["podIP"].as_str().expect("pod IP").to_string();
+    // gRPC is HTTP/2: the server answers the connection preface with its SETTINGS frame.
+    let addr = format!("{ip}:5000");
+    let mut s = std::net::TcpStream::connect(&addr).expect("gRPC port on the pod IP");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .expect("preface");
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head).expect("a frame back");
+    assert_eq!(
+        head[3], 0x4,
+        "the first frame of an HTTP/2 server is SETTINGS: {head:?}"
+    );
+    let (_, log) = logs(&sim, "gw", "").await;
+    assert!(!log.is_empty(), "gw-sidecar logs are served");
     sim.shutdown().await;
 }

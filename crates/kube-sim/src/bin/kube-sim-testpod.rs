@@ -42,9 +42,16 @@ async fn main() -> std::io::Result<()> {
                 return Ok(());
             }
         };
-        let mut buf = vec![0u8; 4096];
-        let n = conn.read(&mut buf).await.unwrap_or(0);
-        let request = String::from_utf8_lossy(&buf[..n]).to_string();
+        // The request head, up to its blank line.
+        let mut head = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+        let request = String::from_utf8_lossy(&head).to_string();
         let path = request.split_whitespace().nth(1).unwrap_or("/").to_string();
         let (code, body) = match path.as_str() {
             "/ready" if ready.load(Ordering::SeqCst) => (200, "ready".to_string()),

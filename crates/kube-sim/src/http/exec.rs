@@ -102,6 +102,12 @@ pub(super) async fn serve(
         return Err(ApiError::bad_request("you must specify at least 1 command"));
     }
     let stdin = query.flag("stdin");
+    // Whether a kubelet answers is known before the upgrade, so the SPDY fallback (a POST)
+    // gets the same error as the WebSocket request.
+    let target = match sub {
+        "exec" => Some(target(kubelet, pod, &container)?),
+        _ => None,
+    };
     let (mut parts, _) = req.into_parts();
     let upgrade = WebSocketUpgrade::from_request_parts(&mut parts, &())
         .await
@@ -135,7 +141,9 @@ pub(super) async fn serve(
             .map_err(|e| ApiError::new(500, "InternalError", e.to_string()))?;
         return Ok(upgrade.on_upgrade(move |socket| attach(socket, output)));
     }
-    let target = target(kubelet, pod, &container)?;
+    let Some(target) = target else {
+        return Err(ApiError::resource_not_found());
+    };
     Ok(upgrade.on_upgrade(move |socket| run_command(socket, command, target, stdin)))
 }
 
