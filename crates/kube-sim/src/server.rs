@@ -93,7 +93,7 @@ where
 
 impl KubeSim {
     /// Binds and starts serving; returns once the listener accepts connections.
-    pub async fn start(config: Config) -> Result<Self, Error> {
+    pub async fn start(mut config: Config) -> Result<Self, Error> {
         let listener = tokio::net::TcpListener::bind(config.addr)
             .await
             .map_err(|source| Error::Bind {
@@ -115,15 +115,19 @@ impl KubeSim {
         let app = axum::Router::new()
             .fallback(dispatch)
             .with_state(shared.clone());
-        let testbed = crate::testbed::Testbed::start(&config, shared.clone())?;
-        // Pod logs, exec, attach and port-forward are served by the kubelet side (http/stream.rs).
-        let app = crate::http::stream::wrap(app, shared.clone(), testbed.kubelet.clone());
-        let app = testbed.wrap(app);
         let tls = if config.tls {
             Some(Arc::new(crate::tls::TlsMaterial::generate(addr.ip())?))
         } else {
             None
         };
+        // Every namespace's kube-root-ca.crt carries the CA clients verify this server with.
+        if let Some(tls) = &tls {
+            config.workloads.root_ca = tls.ca_pem.clone();
+        }
+        let testbed = crate::testbed::Testbed::start(&config, shared.clone())?;
+        // Pod logs, exec, attach and port-forward are served by the kubelet side (http/stream.rs).
+        let app = crate::http::stream::wrap(app, shared.clone(), testbed.kubelet.clone());
+        let app = testbed.wrap(app);
         let task = match &tls {
             Some(tls) => tokio::spawn(serve(tls.listener(listener), app, shutdown)),
             None => tokio::spawn(serve(listener, app, shutdown)),
