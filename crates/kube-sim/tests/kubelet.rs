@@ -381,22 +381,7 @@ async fn python_client_stream_exec_runs_in_the_pod() {
     let sim = start("127.11.3.0/24").await;
     create(&sim, &testpod("web-2", "Always")).await;
     wait_pod(&sim, "web-2", "Ready", ready).await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = dir.path().join("kubeconfig");
-    sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/stream_exec.py");
-    let out = tokio::process::Command::new("python3")
-        .arg(script)
-        .arg(&kubeconfig)
-        .output()
-        .await
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "python stream test failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::run_python(&sim, "stream_exec.py").await;
     sim.shutdown().await;
 }
 

@@ -3,7 +3,8 @@
 //! binary message starts with its channel (0 stdin, 1 stdout, 2 stderr, 3 status, 4 resize; v5
 //! adds 255 "close this stream"), and channel 3 carries the final `Status` (exit code included).
 
-use super::stream::{Query, container_name};
+use super::Query;
+use super::stream::container_name;
 use crate::error::ApiError;
 use crate::kubelet::Kubelet;
 use crate::kubelet::expand::container_env;

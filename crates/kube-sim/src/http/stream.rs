@@ -3,7 +3,7 @@
 //! A middleware in front of the request pipeline, so that the pipeline stays request/response.
 
 use crate::error::ApiError;
-use crate::http::Shared;
+use crate::http::{Query, Shared};
 use crate::kubelet::Kubelet;
 use crate::kubelet::logs::{self, LogRequest};
 use axum::body::Body;
@@ -43,31 +43,6 @@ fn pod_subresource(path: &str) -> Option<(String, String, String)> {
             sub @ ("log" | "exec" | "attach"),
         ] => Some((ns.to_string(), name.to_string(), sub.to_string())),
         _ => None,
-    }
-}
-
-pub(crate) struct Query(Vec<(String, String)>);
-
-impl Query {
-    fn parse(q: Option<&str>) -> Self {
-        Self(
-            form_urlencoded::parse(q.unwrap_or("").as_bytes())
-                .into_owned()
-                .collect(),
-        )
-    }
-    pub(crate) fn get(&self, k: &str) -> Option<&str> {
-        self.0.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str())
-    }
-    pub(crate) fn all(&self, k: &str) -> Vec<String> {
-        self.0
-            .iter()
-            .filter(|(a, _)| a == k)
-            .map(|(_, v)| v.clone())
-            .collect()
-    }
-    pub(crate) fn flag(&self, k: &str) -> bool {
-        matches!(self.get(k), Some("true" | "1" | "True"))
     }
 }
 
