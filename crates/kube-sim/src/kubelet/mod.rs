@@ -121,10 +121,14 @@ impl Kubelet {
                 (dir.clone(), Some(TempDir(dir)))
             }
         };
-        std::fs::create_dir_all(&log_root).map_err(|source| KubeletError::LogDir {
-            path: log_root.clone(),
-            source,
-        })?;
+        // A configured directory must be usable now; a generated one appears with the first
+        // container log (so servers that run no container leave nothing behind).
+        if tmp.is_none() {
+            std::fs::create_dir_all(&log_root).map_err(|source| KubeletError::LogDir {
+                path: log_root.clone(),
+                source,
+            })?;
+        }
         Ok(Self {
             config,
             log_root,
