@@ -32,6 +32,7 @@ pub mod defaults;
 pub mod error;
 pub mod faults;
 mod http;
+pub mod kubelet;
 pub mod patch;
 pub mod persistence;
 pub mod protobuf;

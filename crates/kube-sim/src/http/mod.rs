@@ -2,7 +2,9 @@
 //! encode), so that accounting and fault injection can hook in at a single place.
 
 mod discovery;
+mod exec;
 mod openapi;
+pub mod stream;
 pub mod table;
 mod watch;
 
@@ -48,20 +50,28 @@ fn error_response(err: &ApiError) -> Response {
 }
 
 /// Query parameters (last value wins, as Go's `url.Values.Get` returns the first; clients send one).
-struct Query(Vec<(String, String)>);
+pub(crate) struct Query(Vec<(String, String)>);
 
 impl Query {
-    fn parse(q: Option<&str>) -> Self {
+    pub(crate) fn parse(q: Option<&str>) -> Self {
         Self(
             form_urlencoded::parse(q.unwrap_or("").as_bytes())
                 .into_owned()
                 .collect(),
         )
     }
-    fn get(&self, k: &str) -> Option<&str> {
+    pub(crate) fn get(&self, k: &str) -> Option<&str> {
         self.0.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str())
     }
-    fn flag(&self, k: &str) -> bool {
+    /// Every value of a repeated parameter (exec's `command`).
+    pub(crate) fn all(&self, k: &str) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|(a, _)| a == k)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+    pub(crate) fn flag(&self, k: &str) -> bool {
         matches!(self.get(k), Some("true" | "1" | "True"))
     }
 }

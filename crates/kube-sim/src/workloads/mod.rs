@@ -11,6 +11,7 @@
 
 mod deployment;
 mod ippool;
+mod namespace;
 mod node;
 mod pod;
 mod replicaset;
@@ -37,6 +38,8 @@ pub struct WorkloadOptions {
     pub default_node: String,
     /// How often simulated kubelets post a heartbeat.
     pub heartbeat_interval: Duration,
+    /// The `ca.crt` of every namespace's `kube-root-ca.crt` ConfigMap (the server's CA with TLS).
+    pub root_ca: String,
 }
 
 impl Default for WorkloadOptions {
@@ -45,6 +48,7 @@ impl Default for WorkloadOptions {
             pod_cidr: "127.10.0.0/16".into(),
             default_node: "kube-sim-node".into(),
             heartbeat_interval: Duration::from_secs(10),
+            root_ca: String::new(),
         }
     }
 }
@@ -61,6 +65,8 @@ pub enum WorkloadError {
 pub struct Simulation {
     pub options: WorkloadOptions,
     pub nodes: Arc<Nodes>,
+    /// Runs the containers of `--exec-images` pods as processes.
+    pub kubelet: Arc<crate::kubelet::Kubelet>,
 }
 
 fn uid(obj: &Value) -> &str {
@@ -124,6 +130,11 @@ pub(crate) struct Infos {
     replicasets: ResourceInfo,
     pods: ResourceInfo,
     nodes: ResourceInfo,
+    namespaces: ResourceInfo,
+    serviceaccounts: ResourceInfo,
+    configmaps: ResourceInfo,
+    /// Served once the registry has them (core/v1 `replicationcontrollers`).
+    replicationcontrollers: Option<ResourceInfo>,
 }
 
 fn infos(cluster: &Cluster) -> Option<Infos> {
@@ -133,6 +144,10 @@ fn infos(cluster: &Cluster) -> Option<Infos> {
         replicasets: r.lookup("apps", "v1", "replicasets")?.clone(),
         pods: r.lookup("", "v1", "pods")?.clone(),
         nodes: r.lookup("", "v1", "nodes")?.clone(),
+        namespaces: r.lookup("", "v1", "namespaces")?.clone(),
+        serviceaccounts: r.lookup("", "v1", "serviceaccounts")?.clone(),
+        configmaps: r.lookup("", "v1", "configmaps")?.clone(),
+        replicationcontrollers: r.lookup("", "v1", "replicationcontrollers").cloned(),
     })
 }
 
@@ -174,10 +189,18 @@ pub fn reconcile(cluster: &mut Cluster, sim: &Simulation) -> Result<PassReport, 
     };
     let mut report = PassReport::default();
     report.writes += sim.nodes.adopt(cluster)?;
+    namespace::sync(cluster, &i, &sim.options.root_ca, &mut report)?;
     deployment::sync_replicasets(cluster, &i, &mut report)?;
     replicaset::sync_pods(cluster, &i.replicasets, &i.pods, &mut report)?;
+    // ReplicationControllers keep their pods as ReplicaSets do.
+    if let Some(rc) = &i.replicationcontrollers {
+        replicaset::sync_pods(cluster, rc, &i.pods, &mut report)?;
+    }
     pod::sync(cluster, &i, sim, &mut report)?;
     replicaset::sync_status(cluster, &i.replicasets, &i.pods, &mut report)?;
+    if let Some(rc) = &i.replicationcontrollers {
+        replicaset::sync_status(cluster, rc, &i.pods, &mut report)?;
+    }
     deployment::sync_status(cluster, &i, &mut report)?;
     Ok(report)
 }
@@ -185,7 +208,11 @@ pub fn reconcile(cluster: &mut Cluster, sim: &Simulation) -> Result<PassReport, 
 fn relevant(key: &crate::registry::StorageKey) -> bool {
     matches!(
         (key.0.as_str(), key.1.as_str()),
-        ("apps", "deployments") | ("apps", "replicasets") | ("", "pods") | ("", "nodes")
+        ("apps", "deployments" | "replicasets")
+            | (
+                "",
+                "pods" | "nodes" | "namespaces" | "replicationcontrollers"
+            )
     )
 }
 
@@ -193,6 +220,7 @@ fn relevant(key: &crate::registry::StorageKey) -> bool {
 pub fn spawn(shared: Arc<Shared>, sim: Simulation, simulate: bool) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let nodes = sim.nodes.clone();
+        let containers_changed = sim.kubelet.changed.clone();
         let mut heartbeat = tokio::time::interval(sim.options.heartbeat_interval);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let (mut rx, _) = shared.lock().store.subscribe();
@@ -226,6 +254,7 @@ pub fn spawn(shared: Arc<Shared>, sim: Simulation, simulate: bool) -> tokio::tas
             loop {
                 tokio::select! {
                     _ = shared.shutdown.cancelled() => return,
+                    _ = containers_changed.notified(), if simulate => break,
                     _ = heartbeat.tick() => {
                         nodes.heartbeat(&mut shared.lock());
                         break;
@@ -267,6 +296,10 @@ mod tests {
         Simulation {
             options: WorkloadOptions::default(),
             nodes: Arc::new(Nodes::default()),
+            kubelet: Arc::new(
+                crate::kubelet::Kubelet::new(crate::kubelet::KubeletConfig::default())
+                    .expect("log directory"),
+            ),
         }
     }
 
@@ -409,6 +442,75 @@ mod tests {
         assert!(node(&c, "kube-sim-node").is_none());
         // Heartbeats reach adopted nodes.
         assert!(sim.nodes.knows("worker-1"));
+    }
+
+    #[test]
+    fn every_namespace_gets_the_default_service_account_and_the_root_ca_config_map() {
+        let mut c = Cluster::new(1000);
+        let sim = Simulation {
+            options: WorkloadOptions {
+                root_ca: "-----BEGIN CERTIFICATE-----\n".into(),
+                ..Default::default()
+            },
+            ..simulation()
+        };
+        let ns_info = c
+            .registry
+            .lookup("", "v1", "namespaces")
+            .cloned()
+            .expect("ns");
+        c.create(
+            &ns_info,
+            "",
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}),
+            &WriteOptions::default(),
+        )
+        .expect("namespace");
+        settle(&mut c, &sim);
+        for ns in [
+            "default",
+            "kube-system",
+            "kube-public",
+            "kube-node-lease",
+            "team-a",
+        ] {
+            let sa = c.store.get(
+                &(String::new(), "serviceaccounts".into()),
+                &(ns.into(), "default".into()),
+            );
+            assert!(sa.is_some(), "default ServiceAccount in {ns}");
+            let cm = c
+                .store
+                .get(
+                    &(String::new(), "configmaps".into()),
+                    &(ns.into(), "kube-root-ca.crt".into()),
+                )
+                .cloned()
+                .expect("kube-root-ca.crt");
+            assert_eq!(cm["data"]["ca.crt"], "-----BEGIN CERTIFICATE-----\n");
+        }
+        // A deleted ServiceAccount comes back, as the controller recreates it.
+        let sa_info = c
+            .registry
+            .lookup("", "v1", "serviceaccounts")
+            .cloned()
+            .expect("sa");
+        c.delete(
+            &sa_info,
+            "team-a",
+            "default",
+            &crate::cluster::DeleteOptions::default(),
+        )
+        .expect("deleted");
+        assert!(settle(&mut c, &sim) > 0);
+        assert!(
+            c.store
+                .get(
+                    &(String::new(), "serviceaccounts".into()),
+                    &("team-a".into(), "default".into())
+                )
+                .is_some()
+        );
     }
 
     #[test]

@@ -119,10 +119,17 @@ pub(super) fn sync(
             *per_node.entry(n.to_string()).or_insert(0) += 1;
         }
     }
+    let mut live: HashSet<String> = HashSet::new();
     for p in all(cluster, &i.pods) {
         if deleting(&p) {
             continue;
         }
+        live.insert(
+            p["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
         let mut pod = (*p).clone();
         if pod["spec"]["nodeName"].as_str().unwrap_or("").is_empty() {
             let Some(node) = pick_node(cluster, i, sim, &pod["spec"], &per_node)? else {
@@ -176,7 +183,15 @@ pub(super) fn sync(
                 }
             },
         };
-        let status = running_status(&pod, ip, &host_ip, node_up);
+        let status = if sim.kubelet.runs(&pod) {
+            // Its containers really run: the status follows their processes.
+            sim.kubelet.ensure_started(&pod, &ip.to_string());
+            sim.kubelet
+                .pod_status(&pod, &ip.to_string(), &host_ip)
+                .unwrap_or_else(|| running_status(&pod, ip, &host_ip, node_up))
+        } else {
+            running_status(&pod, ip, &host_ip, node_up)
+        };
         if pod["status"] != status {
             pod["status"] = status;
             cluster
@@ -192,6 +207,8 @@ pub(super) fn sync(
             report.writes += 1;
         }
     }
+    // Deleted pods' processes stop (SIGTERM, then SIGKILL after the grace period).
+    sim.kubelet.stop_missing(&live);
     Ok(())
 }
 
