@@ -336,11 +336,18 @@ async fn steady_state_makes_no_writes_and_heartbeats_do_not_trigger() {
     for i in 0..5 {
         apis.wait_spec(&format!("n{i}"), &default_spec()).await;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Settled: the NodeSLO creations' own watch events have been reconciled too.
+    let before = eventually(WAIT, "the reconcile count to settle", || async {
+        let first = reconciles(&controller).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        (reconciles(&controller).await == first).then_some(first)
+    })
+    .await;
+    assert!(before >= 5, "every node was reconciled: {before}");
 
     // Every write anywhere bumps the one cluster-wide resourceVersion: heartbeats are our 5 writes,
     // so anything more is the controller writing.
-    let before = cluster.sim.resource_version();
+    let writes_before = cluster.sim.resource_version();
     for i in 0..5 {
         let heartbeat = json!({"status": {"conditions": [{"type": "Ready", "status": "True",
             "lastHeartbeatTime": "2026-11-29T10:00:00Z", "reason": "KubeletReady"}]}});
@@ -353,14 +360,36 @@ async fn steady_state_makes_no_writes_and_heartbeats_do_not_trigger() {
             .await
             .expect("heartbeat");
     }
+    // An absence can only be observed over some time; the heartbeats' watch events arrive in
+    // milliseconds. A reconcile that writes nothing still counts here.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let writes = cluster.sim.resource_version() - before;
+    let output = || controller.output().join("\n");
+    assert_eq!(
+        reconciles(&controller).await,
+        before,
+        "heartbeats triggered reconciles; controller output:\n{}",
+        output()
+    );
+    let writes = cluster.sim.resource_version() - writes_before;
     assert_eq!(
         writes,
         5,
-        "only the heartbeats wrote; controller output:\n{}",
-        controller.output().join("\n")
+        "only the heartbeats wrote; output:\n{}",
+        output()
     );
+}
+
+/// `capstan_controller_reconciles_total` summed over its labels, read from the admin server.
+async fn reconciles(controller: &capstan_runtime::testing::BinaryUnderTest) -> u64 {
+    let metrics = http_get(controller.admin_addr(), "/metrics")
+        .await
+        .expect("metrics");
+    metrics
+        .body
+        .lines()
+        .filter(|line| line.starts_with("capstan_controller_reconciles_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

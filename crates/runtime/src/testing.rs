@@ -417,6 +417,15 @@ pub mod contract {
         let mut bin = BinaryUnderTest::spawn_with_env(program, args, &all_envs)
             .await
             .expect("starts with env configuration");
+        // METRICS_ADDR=127.0.0.1:0: loopback and a kernel-chosen port; the flag's default
+        // (0.0.0.0:8080) would fail this, so an ignored METRICS_ADDR cannot pass.
+        let addr = bin.admin_addr();
+        assert!(
+            addr.ip().is_loopback() && addr.port() != 0 && addr.port() != 8080,
+            "METRICS_ADDR=127.0.0.1:0 not honoured: admin server on {addr}"
+        );
+        let livez = http_get(addr, "/livez").await.expect("livez");
+        assert_eq!(livez.status, 200, "admin server serves on {addr}");
         let addr_line = bin
             .output()
             .into_iter()
