@@ -1,6 +1,6 @@
 //! The built `gw-recycler` binary keeps the process contract of every Capstan binary.
 
-use capstan_runtime::testing::contract;
+use capstan_testkit::process::contract;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gw-recycler");
 

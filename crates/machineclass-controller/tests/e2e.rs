@@ -9,7 +9,7 @@ use std::time::Duration;
 use capstan_apis::machine::{
     FINALIZER_MCM, FINALIZER_NODE, FINALIZER_SECRET, NODE_ANNOTATION_LAST_APPLIED,
 };
-use capstan_runtime::testing::http_get;
+use capstan_testkit::process::http_get;
 use common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::events::v1::Event;

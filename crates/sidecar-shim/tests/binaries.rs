@@ -10,8 +10,8 @@ use capstan_proto::router::slice_router_sidecar_service_client::SliceRouterSidec
 use capstan_proto::router::{SliceGwConContext, VerifyRouteAddRequest};
 use capstan_proto::sidecar::TunnelStatusType;
 use capstan_proto::sidecar::gw_sidecar_service_client::GwSidecarServiceClient;
-use capstan_runtime::testing::{BinaryUnderTest, http_get};
 use capstan_testkit::on_path;
+use capstan_testkit::process::{BinaryUnderTest, http_get};
 use common::{Netns, set};
 use sidecar_shim::server::GRPC_LISTENING_MARKER;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

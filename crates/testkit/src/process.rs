@@ -1,9 +1,10 @@
-//! Helpers for process-level tests of Capstan binaries (feature `testing`): spawn a built binary,
-//! find the admin address it logs, talk HTTP to it, send SIGTERM and wait for its exit.
+//! Process-level tests of Capstan binaries: spawn a built binary, find the admin address it logs,
+//! talk HTTP to it, send SIGTERM and wait for its exit; and the process `contract` every binary
+//! keeps, checked the same way for each of them.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), capstan_runtime::testing::TestingError> {
-//! use capstan_runtime::testing::{BinaryUnderTest, http_get};
+//! # async fn demo() -> Result<(), capstan_testkit::process::TestingError> {
+//! use capstan_testkit::process::{BinaryUnderTest, http_get};
 //! let mut bin = BinaryUnderTest::spawn(env!("CARGO"), &["--metrics-addr", "127.0.0.1:0"]).await?;
 //! assert_eq!(http_get(bin.admin_addr(), "/livez").await?.status, 200);
 //! bin.sigterm()?;
