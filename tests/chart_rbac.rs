@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use capstan_runtime::testing::BinaryUnderTest;
+use capstan_testkit::process::BinaryUnderTest;
 use capstan_scenarios::helm::{self, Cluster};
 use capstan_scenarios::tools::{binary, eventually};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};

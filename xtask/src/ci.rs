@@ -33,9 +33,38 @@ pub fn run() -> Result<()> {
     step("demo smoke run (the README's first command)", || {
         crate::demo::run(&crate::demo::Args::smoke())
     })?;
-    step("test suite", test_suite)?;
+    let ledger = skip_ledger();
+    // A ledger left by an earlier run would report skips this run did not make.
+    let _ = std::fs::remove_file(&ledger);
+    let tests = step("test suite", test_suite);
+    report_skips(&ledger);
+    tests?;
     eprintln!("==> ci passed");
     Ok(())
+}
+
+/// Where the test binaries of this run record their skips (see `capstan_testkit::require`).
+fn skip_ledger() -> std::path::PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| crate::workspace_root().join("target"), Into::into);
+    capstan_testkit::require::ledger_in(&target.join("debug"))
+}
+
+/// Prints every skipped test after the test summary, where CI and a developer read. Under
+/// `CAPSTAN_REQUIRE_ALL_TESTS=1` there are none: those tests failed instead.
+fn report_skips(ledger: &std::path::Path) {
+    let skips = std::fs::read_to_string(ledger).unwrap_or_default();
+    let count = skips.lines().count();
+    if count == 0 {
+        eprintln!("==> no test skipped");
+        return;
+    }
+    eprintln!(
+        "==> {count} test(s) SKIPPED for a missing tool, privilege or service \
+         (`{}=1` makes each a failure):",
+        capstan_testkit::REQUIRE_ALL_ENV
+    );
+    eprint!("{skips}");
 }
 
 /// nextest runs every test in its own process, in parallel, and prints the summary CI reads;

@@ -13,7 +13,6 @@ use anyhow::{Context, Result, bail};
 use capstan_apis::machine::{Machine, MachineClass, MachinePhase};
 use capstan_apis::slo::NodeSlo;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
@@ -64,7 +63,7 @@ const COMPONENTS: &[(&str, &[&str])] = &[
     ),
 ];
 
-const ADMIN_MARKER: &str = capstan_runtime::testing::ADMIN_LISTENING_MARKER;
+const ADMIN_MARKER: &str = capstan_testkit::process::ADMIN_LISTENING_MARKER;
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub fn run(args: &Args) -> Result<()> {
@@ -106,7 +105,7 @@ async fn run_async(args: &Args) -> Result<()> {
     )?;
     let result = async {
         let client = wait_for_kubeconfig(&kubeconfig, &mut sim).await?;
-        install_crds(&client).await?;
+        capstan_testkit::install_capstan_crds(&client).await?;
         seed(&client).await?;
         let mut processes = Vec::new();
         let outcome = async {
@@ -216,27 +215,6 @@ async fn wait_for_admin(process: &mut Process) -> Result<SocketAddr> {
         })
     })
     .await
-}
-
-async fn install_crds(client: &kube::Client) -> Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in capstan_apis::crds::all() {
-        crds.create(&PostParams::default(), &crd)
-            .await
-            .context("creating a CRD")?;
-    }
-    for crd in capstan_apis::crds::all() {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        let established = kube::runtime::wait::await_condition(
-            crds.clone(),
-            &name,
-            kube::runtime::conditions::is_crd_established(),
-        );
-        tokio::time::timeout(Duration::from_secs(30), established)
-            .await
-            .with_context(|| format!("CRD {name} not established"))??;
-    }
-    Ok(())
 }
 
 /// Demo nodes and the SLO ConfigMap of the NodeSLO spec's node-strategy example.

@@ -610,6 +610,10 @@ mod tests {
     use super::*;
     use serde_json::{Value, json};
 
+    // The JSON shapes of the spec's acceptance examples: these tests check decoding and
+    // round-tripping only; the acceptance behaviour (defaults, merge, node strategies) is
+    // tested in `nodeslo-core` and the controller's end-to-end suite.
+
     /// Decodes a spec, checks it serialises back to the same JSON, and returns it.
     fn spec_round_trip(input: Value) -> NodeSloSpec {
         let spec: NodeSloSpec = serde_json::from_value(input.clone()).expect("example decodes");
@@ -628,7 +632,7 @@ mod tests {
     }
 
     #[test]
-    fn spec_acceptance_defaults_without_configmap() {
+    fn default_spec_json_round_trips_into_typed_enums() {
         let spec = spec_round_trip(json!({
             "resourceUsedThresholdWithBE": threshold_default(),
             "resourceQOSStrategy": {},
@@ -656,7 +660,7 @@ mod tests {
     }
 
     #[test]
-    fn spec_acceptance_merged_configmap() {
+    fn merged_spec_json_round_trips_nested_fields() {
         let spec = spec_round_trip(json!({
             "resourceUsedThresholdWithBE": {"enable": true, "cpuSuppressThresholdPercent": 60, "cpuSuppressPolicy": "cpuset",
                                             "memoryEvictThresholdPercent": 70, "cpuEvictPolicy": "evictByRealLimit"},
@@ -684,7 +688,7 @@ mod tests {
     }
 
     #[test]
-    fn spec_acceptance_node_strategies_and_bandwidth_override() {
+    fn threshold_percents_and_bandwidth_quantities_round_trip() {
         for percent in [40, 50, 60] {
             let mut threshold = threshold_default();
             threshold["enable"] = json!(true);
@@ -706,7 +710,7 @@ mod tests {
     }
 
     #[test]
-    fn spec_acceptance_host_applications() {
+    fn host_applications_round_trip_with_their_qos_class() {
         let spec =
             spec_round_trip(json!({"hostApplications": [{"name": "test-app-ls", "qos": "LS"}]}));
         assert_eq!(

@@ -5,8 +5,6 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
 use tokio::process::{Child, Command};
 
 pub struct Cluster {
@@ -23,19 +21,7 @@ impl Cluster {
         };
         let sim = kube_sim::KubeSim::start(config).await?;
         let client = sim.client()?;
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in capstan_apis::crds::all() {
-            crds.create(&PostParams::default(), &crd).await?;
-        }
-        for crd in capstan_apis::crds::all() {
-            let name = crd.metadata.name.clone().unwrap_or_default();
-            let established = kube::runtime::wait::await_condition(
-                crds.clone(),
-                &name,
-                kube::runtime::conditions::is_crd_established(),
-            );
-            tokio::time::timeout(Duration::from_secs(30), established).await??;
-        }
+        capstan_testkit::install_capstan_crds(&client).await?;
         let kubeconfig = scratch.join(format!("{name}.kubeconfig"));
         sim.write_kubeconfig(&kubeconfig)?;
         Ok(Self {

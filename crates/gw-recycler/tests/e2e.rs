@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use capstan_apis::networking::SliceGateway;
 use capstan_apis::worker::WorkerSliceGwRecycler;
-use capstan_runtime::testing::http_get;
+use capstan_testkit::process::http_get;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;

@@ -140,11 +140,10 @@ async fn tls_serves_https_with_a_generated_ca() {
         .await
         .expect("create over TLS");
     // So does kubectl, from the written kubeconfig.
-    if std::process::Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
+    if capstan_testkit::require(
+        "kubectl (for its kubectl part)",
+        capstan_testkit::on_path("kubectl"),
+    ) {
         let dir = tempfile::tempdir().expect("tempdir");
         let kubeconfig = dir.path().join("kubeconfig");
         sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
@@ -165,8 +164,6 @@ async fn tls_serves_https_with_a_generated_ca() {
             String::from_utf8_lossy(&out.stdout).trim(),
             "configmap/secure"
         );
-    } else {
-        eprintln!("SKIPPED (kubectl part): kubectl is not installed");
     }
     // Plain HTTP is not answered on the TLS port.
     let (code, _) = common::raw(&sim, "GET", "/version", "", "").await;

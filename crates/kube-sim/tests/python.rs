@@ -1,17 +1,12 @@
-//! kube-sim through the Python `kubernetes` client (skipped with a message when it is not installed).
+//! kube-sim through the Python `kubernetes` client (a loud skip without it; a failure under
+//! `CAPSTAN_REQUIRE_ALL_TESTS=1`).
 
 mod common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_client_lists_with_selectors_and_watches_from_a_resource_version() {
-    let has_module = std::process::Command::new("python3")
-        .args(["-c", "import kubernetes"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_module {
-        eprintln!(
-            "SKIPPED: the Python 'kubernetes' module is missing; `pip install kubernetes` to run this test"
-        );
+    let module = capstan_testkit::python_modules(&["kubernetes"]);
+    if !capstan_testkit::require("the Python kubernetes client", module) {
         return;
     }
     let sim = common::start().await;

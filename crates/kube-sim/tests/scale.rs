@@ -61,26 +61,59 @@ async fn ten_thousand_objects_list_quickly_and_watchers_keep_up() {
     // Timings are reported, never asserted: speed is measured by `cargo xtask bench kube-sim`.
     println!("10,000 creates: {create_time:?}; list of 10,000: {list_time:?}");
 
-    // Every watcher sees every write, in order.
+    // Every watcher sees every write, in order: resourceVersions strictly increase up to the later
+    // list's, and every watcher sees the same sequence (the creates ran 16 at a time, so
+    // names alone say nothing about order).
+    let list_rv: u64 = all
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|rv| rv.parse().ok())
+        .expect("numeric list resourceVersion");
     let started = Instant::now();
-    for mut w in watchers {
-        let mut n = 0;
-        while n < 10_000 {
+    let mut first_sequence: Option<Vec<String>> = None;
+    for (watcher, mut w) in watchers.into_iter().enumerate() {
+        let mut sequence = Vec::with_capacity(10_000);
+        let mut last_rv = 0_u64;
+        while sequence.len() < 10_000 {
             match tokio::time::timeout(Duration::from_secs(30), w.try_next())
                 .await
                 .expect("watch keeps up")
                 .expect("event")
             {
                 Some(WatchEvent::Added(cm)) => {
-                    assert_eq!(
-                        cm.metadata.name.as_deref().map(|s| s.starts_with("cm-")),
-                        Some(true)
+                    let rv: u64 = cm
+                        .metadata
+                        .resource_version
+                        .as_deref()
+                        .and_then(|rv| rv.parse().ok())
+                        .expect("numeric resourceVersion");
+                    assert!(
+                        rv > last_rv,
+                        "watcher {watcher}: event {} has rv {rv} after {last_rv}",
+                        sequence.len()
                     );
-                    n += 1;
+                    last_rv = rv;
+                    sequence.push(cm.metadata.name.expect("name"));
                 }
                 Some(WatchEvent::Bookmark(_)) => {}
                 other => panic!("unexpected event {other:?}"),
             }
+        }
+        assert!(
+            last_rv <= list_rv,
+            "watcher {watcher} saw rv {last_rv}, newer than the later list's {list_rv}"
+        );
+        match &first_sequence {
+            None => {
+                let distinct: std::collections::BTreeSet<&String> = sequence.iter().collect();
+                assert_eq!(distinct.len(), 10_000, "every object once");
+                first_sequence = Some(sequence);
+            }
+            Some(first) => assert!(
+                *first == sequence,
+                "watcher {watcher} saw another order than watcher 0"
+            ),
         }
     }
     println!(

@@ -932,13 +932,10 @@ mod rbac {
         assert!(stats.count_where(|k| k.user == "kube-sim-admin" && k.verb == "create") >= 5);
 
         // kubectl auth can-i agrees, through SelfSubjectAccessReview.
-        if std::process::Command::new("kubectl")
-            .arg("version")
-            .arg("--client")
-            .output()
-            .is_err()
-        {
-            eprintln!("SKIPPED kubectl part: kubectl is not installed");
+        if !capstan_testkit::require(
+            "kubectl (for its kubectl part)",
+            capstan_testkit::on_path("kubectl"),
+        ) {
             sim.shutdown().await;
             return;
         }
@@ -1155,12 +1152,7 @@ mod rbac_over_tls {
     /// Over HTTPS kubectl does send bearer tokens: a ServiceAccount's own kubeconfig works.
     #[tokio::test]
     async fn kubectl_with_a_service_account_token_over_https() {
-        if std::process::Command::new("kubectl")
-            .args(["version", "--client"])
-            .output()
-            .is_err()
-        {
-            eprintln!("SKIPPED: kubectl is not installed");
+        if !capstan_testkit::require("kubectl", capstan_testkit::on_path("kubectl")) {
             return;
         }
         let sim = common::start_with(kube_sim::Config {

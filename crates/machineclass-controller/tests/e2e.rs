@@ -9,10 +9,11 @@ use std::time::Duration;
 use capstan_apis::machine::{
     FINALIZER_MCM, FINALIZER_NODE, FINALIZER_SECRET, NODE_ANNOTATION_LAST_APPLIED,
 };
-use capstan_runtime::testing::http_get;
+use capstan_testkit::process::http_get;
 use common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
@@ -252,6 +253,18 @@ async fn machine_deletion_drains_and_removes_its_node_then_the_machine() {
         .await;
     env.create_json(&pods, json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "elsewhere", "namespace": NS},
         "spec": {"nodeName": "other-node", "containers": [{"name": "c", "image": "busybox"}]}})).await;
+    // Two volumes attached to the machine's node, one to another node.
+    let attachments: Api<VolumeAttachment> = Api::all(env.client.clone());
+    for (name, node) in [("va-1", "m-1"), ("va-2", "m-1"), ("va-other", "other-node")] {
+        env.create_json(
+            &attachments,
+            json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+            "metadata": {"name": name},
+            "spec": {"attacher": "csi.example.com", "nodeName": node,
+                     "source": {"persistentVolumeName": format!("pv-{name}")}}}),
+        )
+        .await;
+    }
 
     machines
         .delete("m-1", &DeleteParams::default())
@@ -277,6 +290,18 @@ async fn machine_deletion_drains_and_removes_its_node_then_the_machine() {
     assert!(
         pods.get_opt("elsewhere").await.expect("get").is_some(),
         "pods on other nodes are untouched"
+    );
+    let left: Vec<String> = attachments
+        .list(&ListParams::default())
+        .await
+        .expect("list volume attachments")
+        .iter()
+        .map(|va| va.name_any())
+        .collect();
+    assert_eq!(
+        left,
+        ["va-other"],
+        "the node's volume attachments were deleted"
     );
     let output = bin.output().join("\n");
     for step in [

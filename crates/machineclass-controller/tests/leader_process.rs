@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use capstan_runtime::testing::{BinaryUnderTest, http_get};
+use capstan_testkit::process::{BinaryUnderTest, http_get};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;

@@ -2,7 +2,7 @@
 
 mod common;
 
-use capstan_runtime::testing::contract;
+use capstan_testkit::process::contract;
 
 use common::BIN;
 

@@ -5,16 +5,17 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use capstan_apis::slo::NodeSlo;
-use capstan_runtime::testing::http_get;
+use capstan_testkit::process::http_get;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 mod common;
-use common::{Cluster, eventually};
+use capstan_testkit::eventually;
+use common::Cluster;
 
-const WAIT: u64 = 20;
+const WAIT: Duration = Duration::from_secs(20);
 
 fn node(name: &str, labels: &[(&str, &str)]) -> Node {
     let labels: BTreeMap<String, String> = labels
@@ -59,7 +60,7 @@ impl Apis {
     /// Waits until the NodeSLO `name` has exactly `expected` as spec.
     async fn wait_spec(&self, name: &str, expected: &Value) {
         let mut last = None;
-        let found = tokio::time::timeout(Duration::from_secs(WAIT), async {
+        let found = tokio::time::timeout(WAIT, async {
             loop {
                 last = self.spec(name).await;
                 if last.as_ref() == Some(expected) {
@@ -77,7 +78,7 @@ impl Apis {
 
     async fn wait_field(&self, name: &str, pointer: &str, expected: Value) {
         let what = format!("NodeSLO {name} {pointer} == {expected}");
-        eventually(WAIT, &what, || async {
+        eventually(&what, WAIT, || async {
             let spec = self.spec(name).await?;
             (spec.pointer(pointer) == Some(&expected)).then_some(())
         })
@@ -225,7 +226,7 @@ async fn nodes_get_exact_specs_and_follow_config_labels_edits_and_deletions() {
         .delete("plain", &DeleteParams::default())
         .await
         .expect("delete node");
-    eventually(WAIT, "NodeSLO plain deleted", || async {
+    eventually("NodeSLO plain deleted", WAIT, || async {
         apis.slos
             .get_opt("plain")
             .await
@@ -298,7 +299,7 @@ async fn invalid_key_keeps_last_good_value_with_a_warning_event() {
     .await;
 
     let events: Api<Event> = Api::namespaced(cluster.client.clone(), "koordinator-system");
-    let event = eventually(WAIT, "a SLOCfgUnmarshalFailed Event", || async {
+    let event = eventually("a SLOCfgUnmarshalFailed Event", WAIT, || async {
         let list = events
             .list(&ListParams::default())
             .await
@@ -336,11 +337,18 @@ async fn steady_state_makes_no_writes_and_heartbeats_do_not_trigger() {
     for i in 0..5 {
         apis.wait_spec(&format!("n{i}"), &default_spec()).await;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Settled: the NodeSLO creations' own watch events have been reconciled too.
+    let before = eventually("the reconcile count to settle", WAIT, || async {
+        let first = reconciles(&controller).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        (reconciles(&controller).await == first).then_some(first)
+    })
+    .await;
+    assert!(before >= 5, "every node was reconciled: {before}");
 
     // Every write anywhere bumps the one cluster-wide resourceVersion: heartbeats are our 5 writes,
     // so anything more is the controller writing.
-    let before = cluster.sim.resource_version();
+    let writes_before = cluster.sim.resource_version();
     for i in 0..5 {
         let heartbeat = json!({"status": {"conditions": [{"type": "Ready", "status": "True",
             "lastHeartbeatTime": "2026-11-29T10:00:00Z", "reason": "KubeletReady"}]}});
@@ -353,14 +361,36 @@ async fn steady_state_makes_no_writes_and_heartbeats_do_not_trigger() {
             .await
             .expect("heartbeat");
     }
+    // An absence can only be observed over some time; the heartbeats' watch events arrive in
+    // milliseconds. A reconcile that writes nothing still counts here.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let writes = cluster.sim.resource_version() - before;
+    let output = || controller.output().join("\n");
+    assert_eq!(
+        reconciles(&controller).await,
+        before,
+        "heartbeats triggered reconciles; controller output:\n{}",
+        output()
+    );
+    let writes = cluster.sim.resource_version() - writes_before;
     assert_eq!(
         writes,
         5,
-        "only the heartbeats wrote; controller output:\n{}",
-        controller.output().join("\n")
+        "only the heartbeats wrote; output:\n{}",
+        output()
     );
+}
+
+/// `capstan_controller_reconciles_total` summed over its labels, read from the admin server.
+async fn reconciles(controller: &capstan_testkit::process::BinaryUnderTest) -> u64 {
+    let metrics = http_get(controller.admin_addr(), "/metrics")
+        .await
+        .expect("metrics");
+    metrics
+        .body
+        .lines()
+        .filter(|line| line.starts_with("capstan_controller_reconciles_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -380,7 +410,7 @@ async fn kill_9_and_restart_converges() {
 
     let first = cluster.spawn_controller(&["--workers", "1"]).await;
     // Kill it mid-way: as soon as the first NodeSLO exists.
-    eventually(WAIT, "a first NodeSLO", || async {
+    eventually("a first NodeSLO", WAIT, || async {
         let list = apis.slos.list(&ListParams::default()).await.expect("list");
         (!list.items.is_empty()).then_some(())
     })
@@ -402,7 +432,7 @@ async fn kill_9_and_restart_converges() {
         )
         .await;
     }
-    eventually(WAIT, "NodeSLO n1 deleted", || async {
+    eventually("NodeSLO n1 deleted", WAIT, || async {
         apis.slos
             .get_opt("n1")
             .await
@@ -469,7 +499,7 @@ async fn bandwidth_annotation_overrides_and_an_invalid_one_is_reported_on_the_no
     )
     .await;
     let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
-    let event = eventually(WAIT, "an InvalidNetworkBandwidth Event", || async {
+    let event = eventually("an InvalidNetworkBandwidth Event", WAIT, || async {
         let list = events
             .list(&ListParams::default())
             .await

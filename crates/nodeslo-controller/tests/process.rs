@@ -1,6 +1,6 @@
 //! The built `nodeslo-controller` binary keeps the process contract of every Capstan binary.
 
-use capstan_runtime::testing::contract;
+use capstan_testkit::process::contract;
 
 mod common;
 use common::{BIN, Cluster};

@@ -18,8 +18,6 @@ pub mod metrics;
 pub mod service;
 pub mod shutdown;
 pub mod telemetry;
-#[cfg(feature = "testing")]
-pub mod testing;
 pub mod workqueue;
 
 pub use error::RuntimeError;

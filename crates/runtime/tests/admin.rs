@@ -5,7 +5,7 @@ use std::time::Duration;
 use capstan_runtime::admin::{self, AdminState, OPENMETRICS_CONTENT_TYPE};
 use capstan_runtime::metrics::ControllerMetrics;
 use capstan_runtime::shutdown::Shutdown;
-use capstan_runtime::testing::http_get;
+use capstan_testkit::process::http_get;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 

@@ -4,7 +4,7 @@
 use std::process::Command;
 
 use capstan_runtime::cli::{CommonArgs, LogFormat};
-use capstan_runtime::testing::COMMON_ENV_VARS;
+use capstan_testkit::process::COMMON_ENV_VARS;
 use clap::Parser;
 
 #[derive(Parser, Debug)]

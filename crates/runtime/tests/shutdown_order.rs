@@ -7,7 +7,7 @@ use std::time::Duration;
 use capstan_runtime::cli::{CommonArgs, LeaderElectionArgs, LogFormat};
 use capstan_runtime::service::Service;
 use capstan_runtime::shutdown::Shutdown;
-use capstan_runtime::testing::http_get;
+use capstan_testkit::process::http_get;
 use prometheus_client::registry::Registry;
 
 fn args() -> CommonArgs {

@@ -695,14 +695,15 @@ mod tests {
             max_requests: 500,
             backends: Backend::ALL.to_vec(),
         };
+        let kernel_ran =
+            capstan_testkit::require("root, for the kernel cases", capstan_testkit::root());
         let report = run(options).await.expect("bench runs");
         let text = report.to_string();
         println!("{text}");
-        let kernel_ran = if is_root() {
+        let kernel_ran = if kernel_ran {
             assert!(report.skipped.is_empty(), "{text}");
             true
         } else {
-            println!("SKIP kernel cases of a_short_run_reports_every_case: not root");
             assert_eq!(report.skipped.len(), 1, "{text}");
             assert_eq!(report.skipped[0].0, Backend::Kernel);
             assert!(text.contains("kernel cases skipped: "), "{text}");
@@ -740,16 +741,13 @@ mod tests {
     /// The kernel cases leave nothing behind: the namespace is gone after drop.
     #[test]
     fn the_bench_namespace_is_deleted_on_drop() {
-        if !is_root() {
-            println!("SKIP the_bench_namespace_is_deleted_on_drop: not root");
+        let need = "root, to create a network namespace";
+        if !capstan_testkit::require(need, capstan_testkit::root()) {
             return;
         }
         let netns = match BenchNetns::create() {
             Ok(netns) => netns,
-            Err(reason) => {
-                println!("SKIP the_bench_namespace_is_deleted_on_drop: {reason}");
-                return;
-            }
+            Err(reason) => return capstan_testkit::skip_or_fail("network namespaces", reason),
         };
         let path = netns.path();
         assert!(path.exists(), "{} exists while in use", path.display());

@@ -10,7 +10,8 @@ use capstan_proto::router::slice_router_sidecar_service_client::SliceRouterSidec
 use capstan_proto::router::{SliceGwConContext, VerifyRouteAddRequest};
 use capstan_proto::sidecar::TunnelStatusType;
 use capstan_proto::sidecar::gw_sidecar_service_client::GwSidecarServiceClient;
-use capstan_runtime::testing::{BinaryUnderTest, http_get};
+use capstan_testkit::on_path;
+use capstan_testkit::process::{BinaryUnderTest, http_get};
 use common::{Netns, set};
 use sidecar_shim::server::GRPC_LISTENING_MARKER;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -164,13 +165,19 @@ async fn router_sidecar_honours_grpc_port_env() {
             .any(|line| line.contains(&format!("{GRPC_LISTENING_MARKER}0.0.0.0:"))),
         "GRPC_PORT binds all interfaces"
     );
+    // Port 0 asks the kernel for a free port: neither 0 nor KubeSlice's default 5000, which an
+    // ignored GRPC_PORT would bind.
+    assert!(
+        addr.port() != 0 && addr.port() != 5000,
+        "GRPC_PORT=0 was not honoured: {addr}"
+    );
     assert_serving(addr, "router.SliceRouterSidecarService").await;
     sigterm_exits_zero(bin).await;
 }
 
 #[tokio::test]
 async fn router_sidecar_kernel_binary_in_a_namespace() {
-    let Some(netns) = Netns::create("router_sidecar_kernel_binary_in_a_namespace") else {
+    let Some(netns) = Netns::create() else {
         return;
     };
     netns.veth("v0", "v1", Some("10.1.1.1/24"));
@@ -376,11 +383,11 @@ fn make_certificates(dir: &std::path::Path) -> Result<(), String> {
 
 #[tokio::test]
 async fn router_sidecar_serves_tls() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    if let Err(reason) = make_certificates(dir.path()) {
-        println!("SKIP router_sidecar_serves_tls: {reason}");
+    if !capstan_testkit::require("openssl, to make test certificates", on_path("openssl")) {
         return;
     }
+    let dir = tempfile::tempdir().expect("tempdir");
+    make_certificates(dir.path()).expect("openssl makes the test certificates");
     let cert = dir.path().join("server.pem");
     let key = dir.path().join("server.key");
     let bin = BinaryUnderTest::spawn(
@@ -441,7 +448,7 @@ async fn router_sidecar_serves_tls() {
 
 #[tokio::test]
 async fn gw_sidecar_kernel_binary_in_a_namespace() {
-    let Some(netns) = Netns::create("gw_sidecar_kernel_binary_in_a_namespace") else {
+    let Some(netns) = Netns::create() else {
         return;
     };
     netns.veth("nsm0", "nsm0-peer", Some("10.1.1.1/24"));

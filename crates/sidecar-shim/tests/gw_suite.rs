@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 use capstan_proto::sidecar::gw_sidecar_service_client::GwSidecarServiceClient;
 use capstan_proto::sidecar::{
     ClassType, GwPodStatus, RemoteGwVpnIp, SliceGwConnectionContext, SliceQosProfile,
-    TunnelStatusType,
+    TunnelInterfaceStatus, TunnelStatusType,
 };
 use common::{Netns, ServerGuard};
 use sidecar_shim::gw::kernel::KernelGw;
 use sidecar_shim::gw::memory::{MemoryGw, MemoryGwStatus, MemoryTunnel};
-use sidecar_shim::gw::{self, GwBackend, GwSidecar, PeerConfig, PodIdentity};
+use sidecar_shim::gw::{GwBackend, GwSidecar, PeerConfig, PodIdentity};
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -119,8 +119,8 @@ async fn memory_harness() -> Harness {
     harness(memory.clone(), View::Memory(memory), PeerConfig::default()).await
 }
 
-async fn kernel_harness(test: &str) -> Option<Harness> {
-    let netns = Netns::create(test)?;
+async fn kernel_harness() -> Option<Harness> {
+    let netns = Netns::create()?;
     // The remote VPN IPs (10.9.0.x) are reachable through vpn0.
     netns.veth("vpn0", "vpn0-peer", Some("10.9.0.1/24"));
     let backend = KernelGw::connect(Some(&netns.path()), Duration::from_millis(50))
@@ -173,7 +173,7 @@ async fn status_with_interfaces(h: &mut Harness) {
 async fn connection_context_routes_the_remote_subnet(h: &mut Harness) {
     assert_eq!(
         h.connect("10.9.0.2", SUBNET).await.expect("connect"),
-        gw::CONNECTION_CONTEXT_UPDATED
+        "Connection Context Updated Successfully"
     );
     assert_eq!(h.routes().get(SUBNET).map(String::as_str), Some("10.9.0.2"));
     h.connect("10.9.0.2", SUBNET)
@@ -186,12 +186,16 @@ async fn connection_context_routes_the_remote_subnet(h: &mut Harness) {
 
     let before = h.routes();
     let cases = [
-        ("", SUBNET, gw::INVALID_VPN_IP),
-        ("10.9.0", SUBNET, gw::INVALID_VPN_IP),
-        ("10.9.0.4", "", gw::INVALID_SUBNET),
-        ("10.9.0.4", "10.2.0.0", gw::CIDR_PARSE_ERROR),
-        ("10.9.0.4", "10.2.0.0/99", gw::CIDR_PARSE_ERROR),
-        ("10.9.0.4", "fd00::/64", gw::INVALID_VPN_IP),
+        ("", SUBNET, "Invalid Remote Slice Gateway VPN IP"),
+        ("10.9.0", SUBNET, "Invalid Remote Slice Gateway VPN IP"),
+        ("10.9.0.4", "", "Invalid Remote Slice Gateway Subnet"),
+        ("10.9.0.4", "10.2.0.0", "Error in Parsing CIDR"),
+        ("10.9.0.4", "10.2.0.0/99", "Error in Parsing CIDR"),
+        (
+            "10.9.0.4",
+            "fd00::/64",
+            "Invalid Remote Slice Gateway VPN IP",
+        ),
     ];
     for (vpn, subnet, message) in cases {
         let status = h.connect(vpn, subnet).await.expect_err("invalid context");
@@ -233,7 +237,10 @@ async fn qos_profile_is_validated_and_applied(h: &mut Harness) {
         .expect_err("invalid");
     assert_eq!(
         (status.code(), status.message()),
-        (Code::InvalidArgument, gw::INVALID_BANDWIDTH)
+        (
+            Code::InvalidArgument,
+            "Invalid bandwidth: the ceiling must be set and not below the guaranteed bandwidth"
+        )
     );
     if let View::Kernel(netns) = &h.view {
         let qdisc = netns.tc_root_qdisc("tun0");
@@ -251,7 +258,10 @@ async fn qos_profile_is_validated_and_applied(h: &mut Harness) {
         .update_slice_qos_profile(tbf)
         .await
         .expect("TBF profile");
-    assert_eq!(reply.into_inner().status_msg, gw::QOS_ENFORCED);
+    assert_eq!(
+        reply.into_inner().status_msg,
+        "Slice QoS policy enforced successfully"
+    );
     match &h.view {
         View::Memory(memory) => assert_eq!(memory.snapshot().qos["red"].class_type, "TBF"),
         View::Kernel(netns) => {
@@ -267,7 +277,10 @@ async fn qos_profile_is_validated_and_applied(h: &mut Harness) {
         .update_slice_qos_profile(qos_profile())
         .await
         .expect("HTB profile");
-    assert_eq!(reply.into_inner().status_msg, gw::QOS_ENFORCED);
+    assert_eq!(
+        reply.into_inner().status_msg,
+        "Slice QoS policy enforced successfully"
+    );
     h.client
         .update_slice_qos_profile(qos_profile())
         .await
@@ -333,7 +346,7 @@ async fn remote_pod_name_asks_the_peer(h: &mut Harness) {
             .expect_err("invalid VPN IP");
         assert_eq!(
             (status.code(), status.message()),
-            (Code::InvalidArgument, gw::INVALID_VPN_IP)
+            (Code::InvalidArgument, "Invalid Remote Slice Gateway VPN IP")
         );
     }
 
@@ -370,7 +383,7 @@ macro_rules! both_backends {
             $(
                 #[tokio::test]
                 async fn $scenario() {
-                    let Some(mut harness) = super::kernel_harness(concat!("kernel::", stringify!($scenario))).await else {
+                    let Some(mut harness) = super::kernel_harness().await else {
                         return;
                     };
                     super::$scenario(&mut harness).await;
@@ -388,36 +401,61 @@ both_backends!(
     remote_pod_name_asks_the_peer,
 );
 
-/// The memory backend's status changes at run time.
+/// Every field of the memory backend's tunnel reaches `GetStatus` as itself (distinct values, so
+/// a swapped or dropped field fails), read anew on each call: `down` is DOWN (wire value 1) and
+/// clearing it is UP (0) again.
 #[tokio::test]
-async fn memory_status_changes_at_run_time() {
+async fn memory_status_maps_field_by_field_to_get_status() {
     let mut h = memory_harness().await;
-    h.add_gateway_interfaces();
     let View::Memory(memory) = &h.view else {
         unreachable!("memory harness")
     };
-    let mut status = memory.snapshot().status;
-    if let Some(tunnel) = status.tunnel.as_mut() {
-        tunnel.down = true;
-        tunnel.packet_loss = 100;
-    }
-    memory.set_status(status);
-    let tunnel = h.status().await.tunnel_status.expect("tunnel");
-    assert_eq!(
-        (tunnel.status, tunnel.packet_loss),
-        (TunnelStatusType::GwTunnelStateDown as i32, 100)
-    );
+    let memory = memory.clone();
+    let tunnel = |down| MemoryTunnel {
+        net_interface: "tun3".into(),
+        local_ip: "10.8.0.5".into(),
+        peer_ip: "10.8.0.6".into(),
+        latency: 11,
+        tx_rate: 22,
+        rx_rate: 33,
+        packet_loss: 44,
+        down,
+    };
+    memory.set_status(MemoryGwStatus {
+        nsm_ip: "10.1.1.7".into(),
+        tunnel: Some(tunnel(true)),
+    });
+    let status = h.status().await;
+    assert_eq!(status.nsm_intf_status.expect("nsm").nsm_ip, "10.1.1.7");
+    let reported = status.tunnel_status.expect("tunnel");
+    let expected = TunnelInterfaceStatus {
+        net_interface: "tun3".into(),
+        local_ip: "10.8.0.5".into(),
+        peer_ip: "10.8.0.6".into(),
+        latency: 11,
+        tx_rate: 22,
+        rx_rate: 33,
+        packet_loss: 44,
+        status: 1,
+    };
+    assert_eq!(reported, expected);
+
+    memory.set_status(MemoryGwStatus {
+        nsm_ip: "10.1.1.7".into(),
+        tunnel: Some(tunnel(false)),
+    });
+    let reported = h.status().await.tunnel_status.expect("tunnel");
+    assert_eq!(reported.status, 0, "UP once `down` is cleared");
 }
 
 /// Kernel only: a tunnel whose packets never come back is DOWN after 20 checks at
 /// 100% loss, and UP again once replies arrive.
 #[tokio::test]
 async fn kernel_tunnel_goes_down_after_full_loss_and_recovers() {
-    let test = "kernel_tunnel_goes_down_after_full_loss_and_recovers";
-    let Some(netns) = Netns::create(test) else {
+    let Some(netns) = Netns::create() else {
         return;
     };
-    let Some(far) = Netns::create(test) else {
+    let Some(far) = Netns::create() else {
         return;
     };
     // tun9 here, its far end in another namespace that first drops everything.
@@ -505,7 +543,7 @@ async fn kernel_tunnel_goes_down_after_full_loss_and_recovers() {
 /// Kernel only: QoS needs a tunnel interface; without one the call fails with the reason.
 #[tokio::test]
 async fn kernel_qos_without_tunnel_is_internal() {
-    let Some(mut h) = kernel_harness("kernel_qos_without_tunnel_is_internal").await else {
+    let Some(mut h) = kernel_harness().await else {
         return;
     };
     let status = h

@@ -15,7 +15,7 @@ use capstan_proto::router::{
 use common::{Netns, ServerGuard, set};
 use sidecar_shim::router::kernel::KernelRouter;
 use sidecar_shim::router::memory::MemoryRouter;
-use sidecar_shim::router::{self, RouterBackend, RouterSidecar};
+use sidecar_shim::router::{RouterBackend, RouterSidecar};
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -129,8 +129,8 @@ async fn memory_harness() -> Harness {
     harness(memory.clone(), View::Memory(memory)).await
 }
 
-async fn kernel_harness(test: &str) -> Option<Harness> {
-    let netns = Netns::create(test)?;
+async fn kernel_harness() -> Option<Harness> {
+    let netns = Netns::create()?;
     // Next hops 10.1.1.2-4 are on-link through v0.
     netns.veth("v0", "v1", Some("10.1.1.1/24"));
     // Client links.
@@ -161,7 +161,7 @@ async fn install_replace_shrink_delete(h: &mut Harness) {
         h.update(SUBNET, &["10.1.1.2", "10.1.1.3"])
             .await
             .expect("install"),
-        router::CONTEXT_UPDATED
+        "Slice Gw Connection Context Updated Successfully"
     );
     assert_eq!(h.route(SUBNET), Some(set(&["10.1.1.2", "10.1.1.3"])));
 
@@ -201,7 +201,7 @@ async fn install_replace_shrink_delete(h: &mut Harness) {
 
     assert_eq!(
         h.update(SUBNET, &[]).await.expect("delete"),
-        router::CONTEXT_UPDATED
+        "Slice Gw Connection Context Updated Successfully"
     );
     assert_eq!(h.route(SUBNET), None);
     h.update(SUBNET, &[]).await.expect("delete again is fine");
@@ -241,14 +241,14 @@ async fn ecmp_removal(h: &mut Harness) {
 
     assert_eq!(
         h.remove(SUBNET, "10.1.1.3").await.expect("remove one"),
-        router::ECMP_UPDATED
+        "Ecmp routes Updated Successfully"
     );
     assert_eq!(h.route(SUBNET), Some(set(&["10.1.1.2", "10.1.1.4"])));
     assert!(!h.present(SUBNET, "10.1.1.3").await.expect("query"));
 
     assert_eq!(
         h.remove(SUBNET, "10.1.1.9").await.expect("absent hop"),
-        router::ECMP_UPDATED
+        "Ecmp routes Updated Successfully"
     );
     assert_eq!(h.route(SUBNET), Some(set(&["10.1.1.2", "10.1.1.4"])));
 
@@ -260,7 +260,7 @@ async fn ecmp_removal(h: &mut Harness) {
 
     assert_eq!(
         h.remove(SUBNET, "10.1.1.4").await.expect("route gone"),
-        router::ECMP_UPDATED
+        "Ecmp routes Updated Successfully"
     );
     assert_eq!(h.route(SUBNET), None);
 }
@@ -283,57 +283,57 @@ async fn invalid_requests_change_nothing(h: &mut Harness) {
         (
             "ctx: empty subnet",
             h.update("", &["10.1.1.3"]).await,
-            router::INVALID_SUBNET,
+            "Invalid Remote Slice Gateway Subnet",
         ),
         (
             "ctx: subnet without prefix",
             h.update("10.2.0.0", &["10.1.1.3"]).await,
-            router::INVALID_SUBNET,
+            "Invalid Remote Slice Gateway Subnet",
         ),
         (
             "ctx: prefix too long",
             h.update("10.2.0.0/33", &["10.1.1.3"]).await,
-            router::INVALID_SUBNET,
+            "Invalid Remote Slice Gateway Subnet",
         ),
         (
             "ctx: garbage subnet",
             h.update("subnet", &[]).await,
-            router::INVALID_SUBNET,
+            "Invalid Remote Slice Gateway Subnet",
         ),
         (
             "ctx: bad peer IP",
             h.update(SUBNET, &["10.1.1.3", "10.1.1"]).await,
-            router::INVALID_PEER_IP,
+            "Invalid Local NSM Gateway Peer IP",
         ),
         (
             "ctx: empty peer IP",
             h.update(SUBNET, &[""]).await,
-            router::INVALID_PEER_IP,
+            "Invalid Local NSM Gateway Peer IP",
         ),
         (
             "ctx: IPv6 hop for IPv4 subnet",
             h.update(SUBNET, &["fd00::2"]).await,
-            router::INVALID_PEER_IP,
+            "Invalid Local NSM Gateway Peer IP",
         ),
         (
             "ecmp: empty subnet",
             h.remove("", "10.1.1.2").await,
-            router::INVALID_SUBNET,
+            "Invalid Remote Slice Gateway Subnet",
         ),
         (
             "ecmp: bad subnet",
             h.remove("10.2.0.0/x", "10.1.1.2").await,
-            router::INVALID_SUBNET,
+            "Invalid Remote Slice Gateway Subnet",
         ),
         (
             "ecmp: empty nsm ip",
             h.remove(SUBNET, "").await,
-            router::INVALID_NSM_IP_TO_REMOVE,
+            "Invalid Nsm ip has been provided",
         ),
         (
             "ecmp: bad nsm ip",
             h.remove(SUBNET, "10.1.1.").await,
-            router::INVALID_NSM_IP_TO_REMOVE,
+            "Invalid Nsm ip has been provided",
         ),
     ];
     for (case, result, message) in cases {
@@ -343,11 +343,15 @@ async fn invalid_requests_change_nothing(h: &mut Harness) {
     }
 
     let queries = [
-        ("", "10.1.1.2", router::INVALID_SUBNET),
-        (SUBNET, "", router::INVALID_NSM_IP),
-        ("", "", router::INVALID_SUBNET),
-        ("10.2.0.0/99", "10.1.1.2", router::INVALID_SUBNET),
-        (SUBNET, "nsm", router::INVALID_NSM_IP),
+        ("", "10.1.1.2", "Invalid Remote Slice Gateway Subnet"),
+        (SUBNET, "", "Invalid NSM IP"),
+        ("", "", "Invalid Remote Slice Gateway Subnet"),
+        (
+            "10.2.0.0/99",
+            "10.1.1.2",
+            "Invalid Remote Slice Gateway Subnet",
+        ),
+        (SUBNET, "nsm", "Invalid NSM IP"),
     ];
     for (dst, nsm, message) in queries {
         let status = h.present(dst, nsm).await.expect_err("invalid query");
@@ -426,7 +430,7 @@ macro_rules! both_backends {
             $(
                 #[tokio::test]
                 async fn $scenario() {
-                    let Some(mut harness) = super::kernel_harness(concat!("kernel::", stringify!($scenario))).await else {
+                    let Some(mut harness) = super::kernel_harness().await else {
                         return;
                     };
                     super::$scenario(&mut harness).await;
@@ -449,7 +453,7 @@ both_backends!(
 /// reason, and the route stays as it was.
 #[tokio::test]
 async fn kernel_failure_is_internal_and_changes_nothing() {
-    let Some(mut h) = kernel_harness("kernel_failure_is_internal_and_changes_nothing").await else {
+    let Some(mut h) = kernel_harness().await else {
         return;
     };
     h.update(SUBNET, &["10.1.1.2"]).await.expect("install");
@@ -469,7 +473,7 @@ async fn kernel_failure_is_internal_and_changes_nothing() {
 /// Routes that others installed (e.g. with `ip route`) are read and replaced too.
 #[tokio::test]
 async fn kernel_reads_routes_installed_by_others() {
-    let Some(mut h) = kernel_harness("kernel_reads_routes_installed_by_others").await else {
+    let Some(mut h) = kernel_harness().await else {
         return;
     };
     let View::Kernel(netns) = &h.view else {

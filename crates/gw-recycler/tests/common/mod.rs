@@ -10,8 +10,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use capstan_runtime::testing::BinaryUnderTest;
-use capstan_runtime::testing::contract::wait_ready;
+use capstan_testkit::process::BinaryUnderTest;
+use capstan_testkit::process::contract::wait_ready;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -6,12 +6,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use capstan_apis::machine::{Machine, MachineClass};
-use capstan_runtime::testing::BinaryUnderTest;
+use capstan_testkit::process::BinaryUnderTest;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 use kube_sim::{Config, KubeSim};
+
 use serde_json::{Value, json};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_machineclass-controller");
@@ -30,20 +30,9 @@ impl Env {
             .await
             .expect("kube-sim starts");
         let client = sim.client().expect("client");
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in capstan_apis::crds::all() {
-            crds.create(&PostParams::default(), &crd)
-                .await
-                .expect("CRD created");
-        }
-        let machines: Api<Machine> = Api::namespaced(client.clone(), NS);
-        let classes: Api<MachineClass> = Api::namespaced(client.clone(), NS);
-        eventually("CRDs served", Duration::from_secs(10), || async {
-            (machines.list(&Default::default()).await.is_ok()
-                && classes.list(&Default::default()).await.is_ok())
-            .then_some(())
-        })
-        .await;
+        capstan_testkit::install_capstan_crds(&client)
+            .await
+            .expect("Capstan's CRDs installed and Established");
         let kubeconfig = tempfile::NamedTempFile::new().expect("temp file");
         sim.write_kubeconfig(kubeconfig.path())
             .expect("kubeconfig written");
@@ -154,26 +143,7 @@ pub fn machine_json(name: &str, class: &str, extra_spec: Value) -> Value {
     })
 }
 
-/// Polls `probe` every 100 ms until it returns `Some`, panicking after `timeout`.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Like [`eventually`], with the controller's output in the failure message.
+/// Like `capstan_testkit::eventually`, with the controller's output in the failure message.
 pub async fn until<T, F, Fut>(
     bin: &BinaryUnderTest,
     what: &str,

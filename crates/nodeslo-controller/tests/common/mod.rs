@@ -1,15 +1,12 @@
 //! A kube-sim with Capstan's CRDs and the real `nodeslo-controller` binary pointed at it.
 #![allow(dead_code)]
 
-use std::future::Future;
-use std::time::Duration;
-
-use capstan_runtime::testing::BinaryUnderTest;
-use capstan_runtime::testing::contract::wait_ready;
+use capstan_testkit::process::BinaryUnderTest;
+use capstan_testkit::process::contract::wait_ready;
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube_sim::{Config, KubeSim};
+
 use tempfile::NamedTempFile;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_nodeslo-controller");
@@ -27,24 +24,9 @@ impl Cluster {
             .await
             .expect("kube-sim starts");
         let client = sim.client().expect("client");
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in capstan_apis::crds::all() {
-            crds.create(&PostParams::default(), &crd)
-                .await
-                .expect("CRD created");
-        }
-        for crd in capstan_apis::crds::all() {
-            let name = crd.metadata.name.clone().expect("CRD name");
-            let established = kube::runtime::wait::await_condition(
-                crds.clone(),
-                &name,
-                kube::runtime::conditions::is_crd_established(),
-            );
-            tokio::time::timeout(Duration::from_secs(10), established)
-                .await
-                .expect("CRD established in time")
-                .expect("watch");
-        }
+        capstan_testkit::install_capstan_crds(&client)
+            .await
+            .expect("Capstan's CRDs installed and Established");
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let namespace =
             serde_json::from_value(serde_json::json!({"metadata": {"name": "koordinator-system"}}))
@@ -81,24 +63,5 @@ impl Cluster {
             .expect("controller starts");
         wait_ready(&bin).await;
         bin
-    }
-}
-
-/// Polls `check` until it returns `Some`, for at most `secs` seconds.
-pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

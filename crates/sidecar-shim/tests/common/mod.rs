@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use capstan_testkit::{on_path, require};
+
 use prometheus_client::registry::Registry;
 use sidecar_shim::metrics::GrpcMetrics;
 use tokio::net::TcpListener;
@@ -102,23 +104,12 @@ pub struct Netns {
 
 static NETNS_COUNTER: AtomicUsize = AtomicUsize::new(0);
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find(|line| line.starts_with("Uid:"))
-                .and_then(|line| line.split_whitespace().nth(2).map(|euid| euid == "0"))
-        })
-        .unwrap_or(false)
-}
-
 impl Netns {
-    /// Creates a namespace with `lo` up, or explains (printed) why the kernel tests skip.
-    pub fn create(test: &str) -> Option<Self> {
-        if !is_root() {
-            println!("SKIP {test}: kernel backend tests need root (to create network namespaces)");
+    /// Creates a namespace with `lo` up; `None` when the machine cannot (the test then returns:
+    /// a loud skip, or a failure under `CAPSTAN_REQUIRE_ALL_TESTS=1`).
+    pub fn create() -> Option<Self> {
+        const NEED: &str = "root, to create network namespaces";
+        if !require(NEED, capstan_testkit::root()) || !require("iproute2", on_path("ip")) {
             return None;
         }
         let name = format!(
@@ -126,19 +117,20 @@ impl Netns {
             std::process::id(),
             NETNS_COUNTER.fetch_add(1, Ordering::SeqCst)
         );
-        match Command::new("ip").args(["netns", "add", &name]).output() {
-            Ok(out) if out.status.success() => {}
-            Ok(out) => {
-                println!(
-                    "SKIP {test}: `ip netns add` failed: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                );
-                return None;
-            }
-            Err(error) => {
-                println!("SKIP {test}: cannot run `ip` (iproute2): {error}");
-                return None;
-            }
+        let added = Command::new("ip")
+            .args(["netns", "add", &name])
+            .output()
+            .map_err(|error| format!("cannot run `ip`: {error}"))
+            .and_then(|out| {
+                out.status.success().then_some(()).ok_or_else(|| {
+                    format!(
+                        "`ip netns add` failed: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    )
+                })
+            });
+        if !require("network namespaces (`ip netns add`)", added) {
+            return None;
         }
         let netns = Self { name };
         netns.ip(&["link", "set", "lo", "up"]);

@@ -1,9 +1,10 @@
-//! Helpers for process-level tests of Capstan binaries (feature `testing`): spawn a built binary,
-//! find the admin address it logs, talk HTTP to it, send SIGTERM and wait for its exit.
+//! Process-level tests of Capstan binaries: spawn a built binary, find the admin address it logs,
+//! talk HTTP to it, send SIGTERM and wait for its exit; and the process `contract` every binary
+//! keeps, checked the same way for each of them.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), capstan_runtime::testing::TestingError> {
-//! use capstan_runtime::testing::{BinaryUnderTest, http_get};
+//! # async fn demo() -> Result<(), capstan_testkit::process::TestingError> {
+//! use capstan_testkit::process::{BinaryUnderTest, http_get};
 //! let mut bin = BinaryUnderTest::spawn(env!("CARGO"), &["--metrics-addr", "127.0.0.1:0"]).await?;
 //! assert_eq!(http_get(bin.admin_addr(), "/livez").await?.status, 200);
 //! bin.sigterm()?;
@@ -417,6 +418,15 @@ pub mod contract {
         let mut bin = BinaryUnderTest::spawn_with_env(program, args, &all_envs)
             .await
             .expect("starts with env configuration");
+        // METRICS_ADDR=127.0.0.1:0: loopback and a kernel-chosen port; the flag's default
+        // (0.0.0.0:8080) would fail this, so an ignored METRICS_ADDR cannot pass.
+        let addr = bin.admin_addr();
+        assert!(
+            addr.ip().is_loopback() && addr.port() != 0 && addr.port() != 8080,
+            "METRICS_ADDR=127.0.0.1:0 not honoured: admin server on {addr}"
+        );
+        let livez = http_get(addr, "/livez").await.expect("livez");
+        assert_eq!(livez.status, 200, "admin server serves on {addr}");
         let addr_line = bin
             .output()
             .into_iter()

@@ -1,5 +1,6 @@
-//! Leader election against kube-sim: hand-over between replicas, release on drain, fail-stop
-//! when a held lease is taken away.
+//! capstan-runtime's leader election against kube-sim: hand-over between replicas, release on
+//! drain, fail-stop when a held lease is taken away. It lives here, not in the runtime's tests,
+//! because kube-sim depends on the runtime (a runtime test on kube-sim would be a cycle).
 
 use std::time::Duration;
 
@@ -7,7 +8,7 @@ use capstan_runtime::cli::{CommonArgs, LeaderElectionArgs, LogFormat};
 use capstan_runtime::leader::{LeaderElection, LeaderHandle, LeadershipEnd};
 use capstan_runtime::service::Service;
 use capstan_runtime::shutdown::Shutdown;
-use capstan_runtime::testing::http_get;
+use capstan_testkit::process::http_get;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;

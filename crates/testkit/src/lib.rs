@@ -1,0 +1,16 @@
+//! The test kit every Capstan test suite shares, so that no suite keeps its own copy: loud skips
+//! ([`require`]), polling ([`eventually`]), binaries under test and their process contract
+//! ([`process`]), and Capstan's CRDs installed and Established ([`crds`]).
+//!
+//! Dev-only: no production crate depends on it (xtask and the benches use [`crds`]). It depends
+//! on neither kube-sim nor capstan-runtime, so both can use it in their own tests without a
+//! dependency cycle.
+
+pub mod crds;
+pub mod eventually;
+pub mod process;
+pub mod require;
+
+pub use crds::{install_capstan_crds, install_crds};
+pub use eventually::eventually;
+pub use require::{REQUIRE_ALL_ENV, on_path, python_modules, require, root, skip_or_fail};
