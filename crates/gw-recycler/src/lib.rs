@@ -4,12 +4,10 @@
 use std::process::ExitCode;
 
 use capstan_runtime::cli::CommonArgs;
+use capstan_runtime::controller::Binary;
 use capstan_runtime::leader::LeaderHandle;
 use capstan_runtime::metrics::ControllerMetrics;
-use capstan_runtime::service::Service;
 use capstan_runtime::shutdown::Shutdown;
-use capstan_runtime::telemetry;
-use prometheus_client::registry::Registry;
 
 /// Binary, service, Lease and tracer name.
 pub const SERVICE_NAME: &str = "gw-recycler";
@@ -38,7 +36,7 @@ impl Role {
 /// worker-operator compatible). The server instance owns the state machine and asks the client
 /// instance for work; the client instance performs each request and posts the response.
 #[derive(clap::Parser, Debug)]
-#[command(name = "gw-recycler", version, about = "Replaces a slice gateway deployment with a new one, make-before-break, through a finite state machine persisted in a WorkerSliceGwRecycler resource on the hub cluster (KubeSlice worker-operator compatible). The server instance owns the state machine and asks the client instance for work; the client instance performs each request and posts the response.", long_about = None)]
+#[command(name = "gw-recycler", version, about, long_about = None)]
 pub struct Args {
     /// Which side of the gateway pair this instance runs.
     #[arg(long, env = "GW_RECYCLER_ROLE", value_enum)]
@@ -60,32 +58,26 @@ pub struct Context {
 
 /// Runs the binary and maps the outcome to the process exit code (0 after a clean drain).
 pub async fn main_with(args: Args) -> ExitCode {
-    match run(args).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("gw-recycler: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    capstan_runtime::controller::main_with(SERVICE_NAME, run(args)).await
 }
 
 /// Start-up, run until SIGTERM/SIGINT (or a lost lease), then drain in order.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let telemetry = telemetry::init(SERVICE_NAME, &args.common)?;
-    let shutdown = Shutdown::on_signals()?;
-    let mut registry = Registry::default();
-    let metrics = ControllerMetrics::register(&mut registry, args.role.controller_name());
-    let service =
-        Service::start(SERVICE_NAME, &args.common, registry, None, shutdown.clone()).await?;
-    let context = Context {
-        metrics,
-        leader: service.leader().clone(),
-        shutdown: shutdown.clone(),
-    };
-    service.readiness().set_ready(true);
-    tracing::info!(role = ?args.role, "gw-recycler ready");
-    service.run(run_controllers(context)).await?;
-    telemetry.shutdown().await;
+    let mut binary = Binary::start(SERVICE_NAME, &args.common)?;
+    let metrics = ControllerMetrics::register(binary.registry(), args.role.controller_name());
+    let shutdown = binary.shutdown().clone();
+    binary
+        .serve(None, |service| {
+            let context = Context {
+                metrics,
+                leader: service.leader().clone(),
+                shutdown,
+            };
+            service.readiness().set_ready(true);
+            tracing::info!(role = ?args.role, "gw-recycler ready");
+            run_controllers(context)
+        })
+        .await?;
     Ok(())
 }
 

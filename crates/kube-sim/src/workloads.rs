@@ -619,7 +619,7 @@ pub struct Nodes {
 
 impl Nodes {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, bool>> {
-        self.alive.lock().unwrap_or_else(|p| p.into_inner())
+        capstan_runtime::sync::lock(&self.alive)
     }
 
     /// Creates (or takes over) a Ready node.
