@@ -1,8 +1,8 @@
 //! The driver over gRPC (`capstan.machine.v1.MachineDriver`): [`GrpcDriver`] calls a remote
 //! provider, [`DriverService`] serves any [`Driver`]. Objects travel as JSON, errors as gRPC
 //! status codes with MCM's meaning (`Uninitialized` marked by a trailer, see
-//! [`capstan_proto::machine_driver::McmCode`]). Both sides trace each call (a `grpc_client` /
-//! `grpc_server` span, the trace context carried in `traceparent`).
+//! [`capstan_proto::machine_driver::McmCode`]). Both sides trace each call (a `grpc` span of kind
+//! client / server, the trace context carried in `traceparent`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

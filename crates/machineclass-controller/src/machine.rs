@@ -6,9 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use capstan_apis::machine::{
-    Code, FINALIZER_MCM, FINALIZER_NODE, LABEL_MACHINE_DEPLOYMENT, LABEL_NODE, Machine,
-    MachineClass, MachineOperationType, MachinePhase, MachineState, MachineStatus,
-    NODE_LABEL_MACHINE_NAME,
+    Code, FINALIZER_MCM, FINALIZER_NODE, LABEL_NODE, Machine, MachineClass, MachineOperationType,
+    MachinePhase, MachineState, MachineStatus, NODE_LABEL_MACHINE_NAME,
 };
 use capstan_runtime::controller::Target;
 use capstan_runtime::events::Event;
@@ -20,6 +19,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use machine_driver::{DriverError, MachineInfo, MachineRequest};
 use machineclass_core::Timestamp;
+use machineclass_core::creation::{
+    VmLookup, after_status_lookup, another_failed_in_deployment, node_owned_by_another,
+    same_conditions,
+};
 use machineclass_core::driver_error::creation_failure;
 use machineclass_core::health::{HealthInput, evaluate_health};
 use machineclass_core::meta::{finalizers_with, has_finalizer};
@@ -231,30 +234,6 @@ enum HealthOutcome {
     },
 }
 
-fn same_conditions(a: &[NodeCondition], b: &[NodeCondition]) -> bool {
-    // Heartbeat times change constantly; only what a reader acts on counts.
-    let key = |c: &NodeCondition| {
-        (
-            c.type_.clone(),
-            c.status.clone(),
-            c.reason.clone(),
-            c.message.clone(),
-        )
-    };
-    a.len() == b.len() && a.iter().map(key).eq(b.iter().map(key))
-}
-
-fn another_failed_in_deployment(ctx: &Context, machine: &Machine) -> bool {
-    let Some(deployment) = machine.labels().get(LABEL_MACHINE_DEPLOYMENT) else {
-        return false;
-    };
-    ctx.machines.state().iter().any(|m| {
-        m.metadata.name != machine.metadata.name
-            && m.labels().get(LABEL_MACHINE_DEPLOYMENT) == Some(deployment)
-            && m.phase() == Some(&MachinePhase::Failed)
-    })
-}
-
 async fn health_and_node(
     ctx: &Context,
     machine: &Machine,
@@ -300,8 +279,8 @@ async fn health_and_node(
         .and_then(|c| c.last_update_time.as_ref())
         .map_or_else(|| created_at(machine), |t| t.0);
     let phase = machine.phase();
-    let deferred_check =
-        phase == Some(&MachinePhase::Unknown) && another_failed_in_deployment(ctx, machine);
+    let deferred_check = phase == Some(&MachinePhase::Unknown)
+        && another_failed_in_deployment(machine, ctx.machines.state().iter().map(|m| &**m));
     let decision = evaluate_health(&HealthInput {
         machine_name: &name,
         phase,
@@ -442,7 +421,7 @@ async fn create_flow(
                 .unwrap_or_default(),
             addresses: status.addresses,
         },
-        Err(e) if matches!(e.code, Code::NotFound | Code::Unimplemented) => {
+        Err(e) if after_status_lookup(Some(e.code)) == VmLookup::Create => {
             match ctx.driver.create_machine(&request).await {
                 Ok(info) => info,
                 Err(e) => return creation_failed(ctx, machine, &e, timeouts).await,
@@ -459,7 +438,7 @@ async fn create_flow(
     // A Node of that name that belongs to another machine: this VM must not take it over.
     if let Some(node) = ctx.nodes.get(&ObjectRef::new(&info.node_name)) {
         let owner = node.labels().get(NODE_LABEL_MACHINE_NAME);
-        if owner.is_some_and(|o| *o != name) {
+        if node_owned_by_another(owner.map(String::as_str), &name) {
             if let Err(e) = ctx.driver.delete_machine(&request).await {
                 tracing::warn!(machine = %name, %e, "could not delete the VM that collided with an old node");
             }

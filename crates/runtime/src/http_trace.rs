@@ -2,7 +2,7 @@
 //! (client or server side), so a reconcile's trace shows the work it caused. Add it to the kube
 //! client (`CommonArgs::kube_client` does), to a tonic `Channel` and to a tonic `Server`.
 //!
-//! gRPC calls carry the W3C `traceparent` header: the client injects the current span's
+//! gRPC calls (span `grpc`, `otel.kind` client or server) carry the W3C `traceparent` header: the client injects the current span's
 //! context, the server continues that trace. A 403 from the API server is logged at warn level
 //! naming the verb, resource and namespace the ServiceAccount lacks (RBAC problems are otherwise
 //! invisible: the reconcile only sees "forbidden").
@@ -38,14 +38,14 @@ impl TraceLayer {
         }
     }
 
-    /// For a tonic client channel: span `grpc_client`, trace context sent along.
+    /// For a tonic client channel: span `grpc` (kind client), trace context sent along.
     pub fn grpc_client() -> Self {
         Self {
             side: Side::GrpcClient,
         }
     }
 
-    /// For a tonic server: span `grpc_server`, continuing the caller's trace.
+    /// For a tonic server: span `grpc` (kind server), continuing the caller's trace.
     pub fn grpc_server() -> Self {
         Self {
             side: Side::GrpcServer,
@@ -92,14 +92,14 @@ where
         let span = match side {
             Side::KubeApi => kube_span(api.as_ref(), request.method(), request.uri()),
             Side::GrpcClient => {
-                let span = grpc_span("grpc_client", "client", request.uri());
+                let span = grpc_span("client", request.uri());
                 let context = span.context();
                 TraceContextPropagator::new()
                     .inject_context(&context, &mut HeaderInjector(request.headers_mut()));
                 span
             }
             Side::GrpcServer => {
-                let span = grpc_span("grpc_server", "server", request.uri());
+                let span = grpc_span("server", request.uri());
                 let parent =
                     TraceContextPropagator::new().extract(&HeaderExtractor(request.headers()));
                 let _ = span.set_parent(parent);
@@ -139,32 +139,20 @@ fn kube_span(api: Option<&ApiRequest>, method: &Method, uri: &Uri) -> tracing::S
     )
 }
 
-fn grpc_span(name: &'static str, kind: &'static str, uri: &Uri) -> tracing::Span {
+fn grpc_span(kind: &'static str, uri: &Uri) -> tracing::Span {
     // `/package.Service/Method`
     let path = uri.path().trim_start_matches('/');
     let (service, method) = path.split_once('/').unwrap_or((path, ""));
-    match name {
-        "grpc_server" => tracing::info_span!(
-            "grpc_server",
-            otel.name = path,
-            otel.kind = kind,
-            rpc.system = "grpc",
-            rpc.service = service,
-            rpc.method = method,
-            rpc.grpc.status_code = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-        ),
-        _ => tracing::info_span!(
-            "grpc_client",
-            otel.name = path,
-            otel.kind = kind,
-            rpc.system = "grpc",
-            rpc.service = service,
-            rpc.method = method,
-            rpc.grpc.status_code = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-        ),
-    }
+    tracing::info_span!(
+        "grpc",
+        otel.name = path,
+        otel.kind = kind,
+        rpc.system = "grpc",
+        rpc.service = service,
+        rpc.method = method,
+        rpc.grpc.status_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    )
 }
 
 fn observe<R>(span: &tracing::Span, side: Side, api: Option<&ApiRequest>, response: &Response<R>) {
