@@ -233,7 +233,7 @@ impl FaultInjector {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        capstan_runtime::sync::lock(&self.state)
     }
 
     /// Replaces the configuration and restarts the random sequence.

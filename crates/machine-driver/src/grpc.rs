@@ -1,7 +1,8 @@
 //! The driver over gRPC (`capstan.machine.v1.MachineDriver`): [`GrpcDriver`] calls a remote
 //! provider, [`DriverService`] serves any [`Driver`]. Objects travel as JSON, errors as gRPC
 //! status codes with MCM's meaning (`Uninitialized` marked by a trailer, see
-//! [`capstan_proto::machine_driver::McmCode`]).
+//! [`capstan_proto::machine_driver::McmCode`]). Both sides trace each call (a `grpc` span of kind
+//! client / server, the trace context carried in `traceparent`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -11,9 +12,11 @@ use capstan_proto::machine_driver as pb;
 use capstan_proto::machine_driver::McmCode;
 use capstan_proto::machine_driver::machine_driver_client::MachineDriverClient;
 use capstan_proto::machine_driver::machine_driver_server::{MachineDriver, MachineDriverServer};
+use capstan_runtime::http_trace::{TraceLayer, Traced};
 use k8s_openapi::api::core::v1::{NodeAddress, PersistentVolumeSpec};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
+use tower::Layer as _;
 
 use crate::{
     Driver, DriverError, DriverFuture, ListMachinesRequest, MachineInfo, MachineRequest,
@@ -201,6 +204,7 @@ pub async fn serve<D: Driver>(
 ) -> Result<(), tonic::transport::Error> {
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     tonic::transport::Server::builder()
+        .layer(TraceLayer::grpc_server())
         .add_service(DriverService::new(driver).into_server())
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
@@ -209,7 +213,7 @@ pub async fn serve<D: Driver>(
 /// A [`Driver`] that calls a remote `capstan.machine.v1.MachineDriver`.
 #[derive(Clone, Debug)]
 pub struct GrpcDriver {
-    client: MachineDriverClient<Channel>,
+    client: MachineDriverClient<Traced<Channel>>,
 }
 
 impl GrpcDriver {
@@ -219,7 +223,9 @@ impl GrpcDriver {
         let endpoint = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
             .map_err(|_| InvalidEndpoint(endpoint.to_owned()))?;
         Ok(Self {
-            client: MachineDriverClient::new(endpoint.connect_lazy()),
+            client: MachineDriverClient::new(
+                TraceLayer::grpc_client().layer(endpoint.connect_lazy()),
+            ),
         })
     }
 

@@ -21,7 +21,8 @@ async fn serves_the_simulator_over_grpc() {
     let kubeconfig = dir.join("kubeconfig");
     sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_machine-driver-sim"))
-        .args(["--listen", "127.0.0.1:0", "--ready-delay-seconds", "0"])
+        .args(["--listen", "127.0.0.1:0", "--sim-ready-delay", "0s"])
+        .args(["--metrics-addr", "127.0.0.1:0"])
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .stdout(Stdio::piped())

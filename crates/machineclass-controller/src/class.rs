@@ -4,26 +4,26 @@
 use std::sync::Arc;
 
 use capstan_apis::machine::{FINALIZER_MCM, MachineClass};
-use capstan_runtime::ErrorLabel;
+use capstan_runtime::controller::Target;
+use capstan_runtime::events::Event;
+use capstan_runtime::sync::lock;
 use kube::Resource;
 use kube::runtime::controller::Action;
 use machineclass_core::class::{ClassAction, decide_class};
 use machineclass_core::meta::{finalizers_with, finalizers_without};
 
-use crate::context::{Ctx, key, lock};
+use crate::context::{Context, key};
 use crate::error::Error;
 use crate::io::patch_finalizers;
 
-pub async fn reconcile(class: Arc<MachineClass>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let mut measure = ctx.metrics.measure("MachineClass");
-    let result = reconcile_inner(&class, &ctx).await;
-    if let Err(e) = &result {
-        measure.set_failure(e);
-    }
-    result
+pub async fn reconcile(class: Arc<MachineClass>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let target = Target::of("MachineClass", &*class);
+    ctx.reconciler
+        .reconcile(target, reconcile_inner(&class, &ctx))
+        .await
 }
 
-async fn reconcile_inner(class: &MachineClass, ctx: &Ctx) -> Result<Action, Error> {
+async fn reconcile_inner(class: &MachineClass, ctx: &Context) -> Result<Action, Error> {
     if let Some(hold) = ctx.hold_writes() {
         return Ok(hold);
     }
@@ -52,16 +52,13 @@ async fn reconcile_inner(class: &MachineClass, ctx: &Ctx) -> Result<Action, Erro
             // One Warning per change of the count, so a long-blocked deletion does not keep writing.
             let announced = lock(&ctx.blocked_classes).insert(class_key.clone(), machines);
             if announced != Some(machines) {
-                ctx.event(
-                    &class.object_ref(&()),
-                    true,
-                    "MachineClassInUse",
-                    "Delete",
-                    message.clone(),
-                )
-                .await;
+                let event = Event::warning("MachineClassInUse", "Delete", message.clone());
+                ctx.event(&class.object_ref(&()), event).await;
             }
-            Err(Error::StillReferred(message))
+            Err(Error::StillReferred {
+                class: class_key,
+                message,
+            })
         }
         ClassAction::Unused { remove_finalizer } => {
             if remove_finalizer
@@ -74,13 +71,5 @@ async fn reconcile_inner(class: &MachineClass, ctx: &Ctx) -> Result<Action, Erro
             lock(&ctx.blocked_classes).remove(&class_key);
             Ok(Action::requeue(ctx.retry.long))
         }
-    }
-}
-
-pub fn error_policy(_class: Arc<MachineClass>, error: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::debug!(%error, label = error.metric_label(), "machine class reconcile failed");
-    match error {
-        Error::Conflict(_) => Action::requeue(ctx.retry.conflict),
-        _ => Action::requeue(ctx.retry.short),
     }
 }

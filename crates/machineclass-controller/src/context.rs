@@ -2,16 +2,17 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use capstan_apis::machine::{Machine, MachineClass};
+use capstan_runtime::controller::{Reconciler, Target};
+use capstan_runtime::events::{Event, EventPublisher};
 use capstan_runtime::leader::LeaderHandle;
-use capstan_runtime::metrics::ControllerMetrics;
+use capstan_runtime::sync::lock;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Secret};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client};
+use kube::{Api, Client, Resource};
 use machine_driver::Driver;
 use machineclass_core::driver_error::RetryPeriods;
 use machineclass_core::index::RefIndex;
@@ -19,7 +20,7 @@ use machineclass_core::validate::MachineTimeouts;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// Shared state of the controllers.
-pub struct Ctx {
+pub struct Context {
     pub client: Client,
     /// The controller namespace (MachineClasses, Machines, Secrets).
     pub namespace: String,
@@ -38,11 +39,12 @@ pub struct Ctx {
     pub class_versions: Mutex<HashMap<String, String>>,
     /// Machine count last announced for each class whose deletion is blocked (one Event per change).
     pub blocked_classes: Mutex<HashMap<String, usize>>,
-    pub recorder: Recorder,
+    pub events: EventPublisher,
     pub retry: RetryPeriods,
     /// Machine timeouts for Machines that do not set their own.
     pub timeouts: MachineTimeouts,
-    pub metrics: ControllerMetrics,
+    /// Spans, metrics and retries of every reconcile.
+    pub reconciler: Reconciler,
     pub leader: LeaderHandle,
     pub caches_ready: Arc<AtomicBool>,
 }
@@ -57,12 +59,19 @@ pub fn split_key(key: &str) -> (&str, &str) {
     key.split_once('/').unwrap_or(("", key))
 }
 
-/// Locks a mutex, tolerating poisoning (the index stays usable).
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+/// The standard error policy of the three controllers (see
+/// [`Reconciler::requeue_after_error`]): a conflict retries soon, anything else backs off.
+pub fn error_policy<K: Resource<DynamicType = ()>>(
+    object: Arc<K>,
+    error: &crate::error::Error,
+    ctx: Arc<Context>,
+) -> Action {
+    let kind = K::kind(&());
+    ctx.reconciler
+        .requeue_after_error(Target::of(&kind, &*object), error)
 }
 
-impl Ctx {
+impl Context {
     pub fn machines_api(&self) -> Api<Machine> {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
@@ -90,28 +99,8 @@ impl Ctx {
     }
 
     /// Publishes an Event on `reference`; failures are logged, never fatal.
-    pub async fn event(
-        &self,
-        reference: &ObjectReference,
-        warning: bool,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) {
-        let event = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.to_owned(),
-            note: Some(note),
-            action: action.to_owned(),
-            secondary: None,
-        };
-        if let Err(err) = self.recorder.publish(&event, reference).await {
-            tracing::debug!(%err, reason, "event not published");
-        }
+    pub async fn event(&self, reference: &ObjectReference, event: Event) {
+        self.events.publish_or_log(&event, reference).await;
     }
 
     /// Enqueues every Machine that uses the class `class_key`.

@@ -23,10 +23,11 @@ use machineclass_core::status::StatusChange;
 use machineclass_core::validate::MachineTimeouts;
 use serde_json::json;
 
-use crate::context::Ctx;
-use crate::error::{Error, is_not_found};
+use crate::context::Context;
+use crate::error::Error;
 use crate::io::patch_finalizers;
 use crate::machine::{apply_change, collect_secret_data};
+use capstan_runtime::kube_errors::is_not_found;
 
 enum StepOutcome {
     /// Go on with the next step; the text says what just happened.
@@ -41,7 +42,7 @@ enum StepOutcome {
 }
 
 /// Runs the deletion flow from the recorded step as far as it goes in one pass.
-pub async fn run(original: &Machine, ctx: &Ctx) -> Result<Action, Error> {
+pub async fn run(original: &Machine, ctx: &Context) -> Result<Action, Error> {
     if !has_finalizer(&original.metadata, FINALIZER_MCM) {
         return Ok(Action::await_change());
     }
@@ -74,7 +75,7 @@ pub async fn run(original: &Machine, ctx: &Ctx) -> Result<Action, Error> {
     }
 }
 
-fn request_for(ctx: &Ctx, machine: &Machine) -> Option<MachineRequest> {
+fn request_for(ctx: &Context, machine: &Machine) -> Option<MachineRequest> {
     let namespace = machine.metadata.namespace.clone().unwrap_or_default();
     let class_name = machine
         .spec
@@ -94,7 +95,11 @@ fn request_for(ctx: &Ctx, machine: &Machine) -> Option<MachineRequest> {
     })
 }
 
-async fn run_step(ctx: &Ctx, machine: &Machine, step: DeletionStep) -> Result<StepOutcome, Error> {
+async fn run_step(
+    ctx: &Context,
+    machine: &Machine,
+    step: DeletionStep,
+) -> Result<StepOutcome, Error> {
     match step {
         DeletionStep::SetTerminating => Ok(StepOutcome::Done(None)),
         DeletionStep::GetVmStatus => get_vm_status(ctx, machine).await,
@@ -111,7 +116,11 @@ async fn run_step(ctx: &Ctx, machine: &Machine, step: DeletionStep) -> Result<St
     }
 }
 
-fn driver_retry(ctx: &Ctx, step: DeletionStep, error: &machine_driver::DriverError) -> StepOutcome {
+fn driver_retry(
+    ctx: &Context,
+    step: DeletionStep,
+    error: &machine_driver::DriverError,
+) -> StepOutcome {
     StepOutcome::Retry {
         after: retry_after(error.code, &ctx.retry),
         status: Some(record_step_failure(
@@ -122,7 +131,7 @@ fn driver_retry(ctx: &Ctx, step: DeletionStep, error: &machine_driver::DriverErr
     }
 }
 
-fn class_missing(ctx: &Ctx, step: DeletionStep) -> StepOutcome {
+fn class_missing(ctx: &Context, step: DeletionStep) -> StepOutcome {
     StepOutcome::Retry {
         after: ctx.retry.short,
         status: Some(record_step_failure(
@@ -133,7 +142,7 @@ fn class_missing(ctx: &Ctx, step: DeletionStep) -> StepOutcome {
     }
 }
 
-async fn get_vm_status(ctx: &Ctx, machine: &Machine) -> Result<StepOutcome, Error> {
+async fn get_vm_status(ctx: &Context, machine: &Machine) -> Result<StepOutcome, Error> {
     let Some(request) = request_for(ctx, machine) else {
         return Ok(class_missing(ctx, DeletionStep::GetVmStatus));
     };
@@ -159,12 +168,16 @@ fn unhealthy_since(node: &Node) -> Option<Timestamp> {
         .flatten()
 }
 
-async fn drain(ctx: &Ctx, machine: &Machine) -> Result<StepOutcome, Error> {
+async fn drain(ctx: &Context, machine: &Machine) -> Result<StepOutcome, Error> {
     let Some(node_name) = machine.node_name().map(str::to_owned) else {
         return Ok(StepOutcome::Done(Some("No node to drain".into())));
     };
+    let drain_failed = |source| Error::Drain {
+        node: node_name.clone(),
+        source,
+    };
     let nodes = ctx.nodes_api();
-    let Some(node) = nodes.get_opt(&node_name).await? else {
+    let Some(node) = nodes.get_opt(&node_name).await.map_err(drain_failed)? else {
         return Ok(StepOutcome::Done(Some(
             "Node not found, skipping drain".into(),
         )));
@@ -181,13 +194,15 @@ async fn drain(ctx: &Ctx, machine: &Machine) -> Result<StepOutcome, Error> {
                 &PatchParams::default(),
                 &Patch::Merge(json!({"spec": {"unschedulable": true}})),
             )
-            .await?;
+            .await
+            .map_err(drain_failed)?;
         tracing::info!(node = %node_name, "node cordoned");
     }
     let all_pods: Api<Pod> = Api::all(ctx.client.clone());
     let listed = all_pods
         .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
-        .await?;
+        .await
+        .map_err(drain_failed)?;
     let pods: Vec<Pod> = listed
         .into_iter()
         .filter(|p| {
@@ -254,12 +269,16 @@ async fn drain(ctx: &Ctx, machine: &Machine) -> Result<StepOutcome, Error> {
     })
 }
 
-async fn delete_volume_attachments(ctx: &Ctx, machine: &Machine) -> Result<StepOutcome, Error> {
+async fn delete_volume_attachments(ctx: &Context, machine: &Machine) -> Result<StepOutcome, Error> {
     let Some(node_name) = machine.node_name().map(str::to_owned) else {
         return Ok(StepOutcome::Done(Some("No volume attachments".into())));
     };
+    let failed = |source| Error::DeleteVolumeAttachments {
+        node: node_name.clone(),
+        source,
+    };
     let api: Api<VolumeAttachment> = Api::all(ctx.client.clone());
-    let attachments = api.list(&ListParams::default()).await?;
+    let attachments = api.list(&ListParams::default()).await.map_err(failed)?;
     let mut deleted = 0;
     for va in attachments
         .into_iter()
@@ -269,7 +288,7 @@ async fn delete_volume_attachments(ctx: &Ctx, machine: &Machine) -> Result<StepO
         match api.delete(&name, &DeleteParams::default()).await {
             Ok(_) => deleted += 1,
             Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(failed(e)),
         }
     }
     Ok(StepOutcome::Done(Some(format!(
@@ -277,7 +296,7 @@ async fn delete_volume_attachments(ctx: &Ctx, machine: &Machine) -> Result<StepO
     ))))
 }
 
-async fn delete_vm(ctx: &Ctx, machine: &Machine) -> Result<StepOutcome, Error> {
+async fn delete_vm(ctx: &Context, machine: &Machine) -> Result<StepOutcome, Error> {
     let Some(request) = request_for(ctx, machine) else {
         return Ok(class_missing(ctx, DeletionStep::DeleteVm));
     };
@@ -290,19 +309,23 @@ async fn delete_vm(ctx: &Ctx, machine: &Machine) -> Result<StepOutcome, Error> {
     }
 }
 
-async fn delete_node(ctx: &Ctx, machine: &Machine) -> Result<StepOutcome, Error> {
+async fn delete_node(ctx: &Context, machine: &Machine) -> Result<StepOutcome, Error> {
     let Some(node_name) = machine.node_name().map(str::to_owned) else {
         return Ok(StepOutcome::Done(Some("No node object".into())));
     };
+    let failed = |source| Error::DeleteNode {
+        node: node_name.clone(),
+        source,
+    };
     let nodes = ctx.nodes_api();
-    if let Some(node) = nodes.get_opt(&node_name).await? {
+    if let Some(node) = nodes.get_opt(&node_name).await.map_err(failed)? {
         if let Some(list) = finalizers_without(&node.metadata, FINALIZER_NODE) {
             patch_finalizers(&nodes, &node.metadata, list).await?;
         }
         match nodes.delete(&node_name, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(failed(e)),
         }
         tracing::info!(node = %node_name, "node deleted");
     }

@@ -1,45 +1,94 @@
-//! Reconcile errors, each with a short stable label for metrics and Events.
+//! Reconcile errors: one variant per step, carrying what the step was working on (Stackable
+//! style). Each has a short snake_case label for metrics, spans and Event reasons; a 409 in the
+//! source makes the kit retry soon instead of backing off.
 
 use capstan_runtime::ErrorLabel;
-use machine_driver::DriverError;
+use capstan_runtime::controller::ReconcileFailure;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    /// A guarded write lost a race; the next reconcile re-reads the cache.
-    #[error("conflict writing {0}, will re-read")]
-    Conflict(String),
+    #[error("patching the finalizers of {kind} {name}: {source}")]
+    PatchFinalizers {
+        kind: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("writing the status of machine {machine}: {source}")]
+    WriteStatus {
+        machine: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("encoding the status of machine {machine}: {source}")]
+    EncodeStatus {
+        machine: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("recording the provider ID and node of machine {machine}: {source}")]
+    RecordProviderId {
+        machine: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("deleting machine {machine}, whose node is being deleted: {source}")]
+    DeleteMachine {
+        machine: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("syncing node {node} with its machine: {source}")]
+    SyncNode {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("adding the class's virtual capacity to node {node}: {source}")]
+    SyncVirtualCapacity {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("draining node {node}: {source}")]
+    Drain {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("deleting the volume attachments of node {node}: {source}")]
+    DeleteVolumeAttachments {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("deleting node {node}: {source}")]
+    DeleteNode {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
     /// A deleting MachineClass is still used.
-    #[error("{0}")]
-    StillReferred(String),
-    #[error("driver: {0}")]
-    Driver(#[from] DriverError),
-    #[error("encode: {0}")]
-    Json(#[from] serde_json::Error),
+    #[error("{message}")]
+    StillReferred { class: String, message: String },
 }
 
 impl ErrorLabel for Error {
     fn metric_label(&self) -> &'static str {
         match self {
-            Error::Kube(e) => e.metric_label(),
-            Error::Conflict(_) => "conflict",
-            Error::StillReferred(_) => "still_referred",
-            Error::Driver(_) => "driver",
-            Error::Json(_) => "encode",
+            Error::PatchFinalizers { .. } => "patch_finalizers",
+            Error::WriteStatus { .. } => "write_status",
+            Error::EncodeStatus { .. } => "encode_status",
+            Error::RecordProviderId { .. } => "record_provider_id",
+            Error::DeleteMachine { .. } => "delete_machine",
+            Error::SyncNode { .. } => "sync_node",
+            Error::SyncVirtualCapacity { .. } => "sync_virtual_capacity",
+            Error::Drain { .. } => "drain",
+            Error::DeleteVolumeAttachments { .. } => "delete_volume_attachments",
+            Error::DeleteNode { .. } => "delete_node",
+            Error::StillReferred { .. } => "still_referred",
         }
     }
 }
 
-/// Maps a 409 to [`Error::Conflict`].
-pub fn conflict_aware(name: &str, err: kube::Error) -> Error {
-    match err {
-        kube::Error::Api(status) if status.code == 409 => Error::Conflict(name.to_owned()),
-        other => Error::Kube(other),
-    }
-}
-
-/// True for a 404 from the API server.
-pub fn is_not_found(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(status) if status.code == 404)
-}
+impl ReconcileFailure for Error {}

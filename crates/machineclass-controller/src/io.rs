@@ -4,12 +4,12 @@ use std::fmt::Debug;
 
 use capstan_apis::machine::{Machine, MachineStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Api;
 use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use crate::error::{Error, conflict_aware};
+use crate::error::Error;
 
 /// The JSON merge patch (RFC 7386) that turns `old` into `new`: changed members only, removed
 /// members as `null`, arrays replaced whole.
@@ -40,36 +40,52 @@ pub fn merge_patch_diff(old: &Value, new: &Value) -> Value {
 }
 
 /// Replaces the finalizer list, guarded by the object's resourceVersion (a stale cache gets a 409,
-/// reported as [`Error::Conflict`] so the next reconcile re-reads).
+/// which the kit retries soon, after the watch brought the newer object).
 pub async fn patch_finalizers<K>(
     api: &Api<K>,
     meta: &ObjectMeta,
     finalizers: Vec<String>,
 ) -> Result<K, Error>
 where
-    K: Clone + DeserializeOwned + Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
     let name = meta.name.clone().unwrap_or_default();
     let patch =
         json!({"metadata": {"finalizers": finalizers, "resourceVersion": meta.resource_version}});
     api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(|e| conflict_aware(&name, e))
+        .map_err(|source| Error::PatchFinalizers {
+            kind: K::kind(&()).into_owned(),
+            name,
+            source,
+        })
 }
 
-/// Writes `new` as the Machine's status with a minimal merge patch against `machine`'s status.
+/// Writes `new` as the Machine's status with a minimal merge patch against `machine`'s status,
+/// guarded by `machine`'s resourceVersion: the diff is only right against the status it was
+/// computed from.
 pub async fn write_machine_status(
     api: &Api<Machine>,
     machine: &Machine,
     new: &MachineStatus,
 ) -> Result<Machine, Error> {
     let name = machine.metadata.name.clone().unwrap_or_default();
-    let old = serde_json::to_value(machine.status.clone().unwrap_or_default())?;
-    let diff = merge_patch_diff(&old, &serde_json::to_value(new)?);
-    let patch = json!({"status": diff});
+    let encode = |source| Error::EncodeStatus {
+        machine: name.clone(),
+        source,
+    };
+    let old = serde_json::to_value(machine.status.clone().unwrap_or_default()).map_err(encode)?;
+    let diff = merge_patch_diff(&old, &serde_json::to_value(new).map_err(encode)?);
+    let patch = json!({
+        "metadata": {"resourceVersion": machine.metadata.resource_version},
+        "status": diff,
+    });
     api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(|e| conflict_aware(&name, e))
+        .map_err(|source| Error::WriteStatus {
+            machine: name.clone(),
+            source,
+        })
 }
 
 #[cfg(test)]

@@ -2,14 +2,15 @@
 //! and the Machine lifecycle behind it, on `machine.sapcloud.io/v1alpha1`.
 //!
 //! Pipeline per reconcile: read caches -> validate -> decide (pure, in `machineclass-core`) ->
-//! apply (minimal, guarded writes; nothing when nothing changed) -> status. Four controllers share
-//! one process: MachineClass ([`class`]), Secret ([`secret`]), Machine ([`machine`],
-//! [`deletion`]); Nodes are watched to trigger their Machines and are handled by the Machine
+//! apply (minimal, guarded writes; nothing when nothing changed) -> status. The crate reads as
+//! flags ([`cli`]) -> wiring (here) -> reconcile. Three controllers share one process:
+//! MachineClass ([`class`]), Secret ([`secret`]), Machine ([`machine`], [`deletion`]); Nodes are watched to trigger their Machines and are handled by the Machine
 //! reconcile (finalizer, template sync, deletion). Provider calls go through a
 //! [`machine_driver::Driver`]: the in-process simulator (`--driver sim`) or a gRPC provider
 //! (`--driver grpc://host:port`).
 
 pub mod class;
+pub mod cli;
 pub mod context;
 pub mod deletion;
 pub mod error;
@@ -20,21 +21,23 @@ pub mod secret;
 
 use std::collections::BTreeSet;
 use std::process::ExitCode;
+
+pub use cli::Args;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use capstan_apis::machine::{GoDuration, Machine, MachineClass, NODE_LABEL_MACHINE_NAME};
-use capstan_runtime::cli::CommonArgs;
+use capstan_apis::machine::{Machine, MachineClass, NODE_LABEL_MACHINE_NAME};
+use capstan_runtime::backoff::BackoffConfig;
+use capstan_runtime::controller::{Binary, Gates, Reconciler, RetryPolicy, drive};
+use capstan_runtime::events::EventPublisher;
 use capstan_runtime::metrics::ControllerMetrics;
-use capstan_runtime::service::Service;
 use capstan_runtime::shutdown::Shutdown;
-use capstan_runtime::telemetry;
-use futures::{Stream, StreamExt, TryStreamExt};
+use capstan_runtime::sync::lock;
+use futures::{Stream, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -46,105 +49,18 @@ use machineclass_core::driver_error::RetryPeriods;
 use machineclass_core::index::RefIndex;
 use machineclass_core::secret::referenced_secret_keys;
 use machineclass_core::validate::MachineTimeouts;
-use prometheus_client::registry::Registry;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use crate::context::{Ctx, key, lock, split_key};
+use crate::context::{Context, error_policy, key, split_key};
 use crate::metrics::{McmMetrics, MeteredDriver};
 
 /// Binary, service, Lease and tracer name.
 pub const SERVICE_NAME: &str = "machineclass-controller";
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    GoDuration::new(text).to_std().map_err(|e| e.to_string())
-}
-
-/// Guards MachineClasses with finalizers while Machines use them, and drives the Machine
-/// lifecycle through a provider driver (Gardener machine-controller-manager compatible, API group
-/// `machine.sapcloud.io/v1alpha1`). Every replica watches; only the elected leader writes.
-#[derive(clap::Parser, Debug)]
-#[command(name = "machineclass-controller", version, about = "Guards MachineClasses with finalizers while Machines use them, and drives the Machine lifecycle through a provider driver (Gardener machine-controller-manager compatible, API group machine.sapcloud.io/v1alpha1). Every replica watches; only the elected leader writes.", long_about = None)]
-pub struct Args {
-    #[command(flatten)]
-    pub common: CommonArgs,
-
-    /// Namespace of the MachineClasses, Machines and their Secrets.
-    #[arg(long, env = "MCM_NAMESPACE", default_value = "default")]
-    pub namespace: String,
-
-    /// Provider driver: `sim` (in-process simulated provider) or `grpc://host:port`.
-    #[arg(long, env = "MACHINE_DRIVER", default_value = "sim")]
-    pub driver: String,
-
-    /// Simulated provider: time until a new VM's Node turns Ready (Go duration).
-    #[arg(long, env = "SIM_READY_DELAY", default_value = "2s", value_parser = parse_duration)]
-    pub sim_ready_delay: Duration,
-
-    /// Retry after a write conflict.
-    #[arg(long, env = "CONFLICT_RETRY", default_value = "200ms", value_parser = parse_duration)]
-    pub conflict_retry: Duration,
-    /// Short retry (transient errors, waiting for a dependency).
-    #[arg(long, env = "SHORT_RETRY", default_value = "5s", value_parser = parse_duration)]
-    pub short_retry: Duration,
-    /// Medium retry (non-transient driver errors).
-    #[arg(long, env = "MEDIUM_RETRY", default_value = "3m", value_parser = parse_duration)]
-    pub medium_retry: Duration,
-    /// Long retry (periodic resync, invalid input).
-    #[arg(long, env = "LONG_RETRY", default_value = "10m", value_parser = parse_duration)]
-    pub long_retry: Duration,
-    /// Retry after a `ResourceExhausted` driver error.
-    #[arg(long, env = "RESOURCE_EXHAUSTED_RETRY", default_value = "3m", value_parser = parse_duration)]
-    pub resource_exhausted_retry: Duration,
-
-    /// Default `creationTimeout` of Machines that do not set one.
-    #[arg(long, env = "MACHINE_CREATION_TIMEOUT", default_value = "20m", value_parser = parse_duration)]
-    pub machine_creation_timeout: Duration,
-    /// Default `healthTimeout` of Machines that do not set one.
-    #[arg(long, env = "MACHINE_HEALTH_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
-    pub machine_health_timeout: Duration,
-    /// Default `drainTimeout` of Machines that do not set one.
-    #[arg(long, env = "MACHINE_DRAIN_TIMEOUT", default_value = "2h", value_parser = parse_duration)]
-    pub machine_drain_timeout: Duration,
-
-    /// Machines reconciled in parallel.
-    #[arg(long, env = "MACHINE_CONCURRENCY", default_value_t = 10)]
-    pub machine_concurrency: u16,
-    /// MachineClasses and Secrets reconciled in parallel.
-    #[arg(long, env = "CLASS_CONCURRENCY", default_value_t = 4)]
-    pub class_concurrency: u16,
-}
-
-impl Args {
-    pub fn machine_timeouts(&self) -> MachineTimeouts {
-        MachineTimeouts {
-            creation: self.machine_creation_timeout,
-            health: self.machine_health_timeout,
-            drain: self.machine_drain_timeout,
-            disable_health_timeout: false,
-        }
-    }
-
-    pub fn retry_periods(&self) -> RetryPeriods {
-        RetryPeriods {
-            conflict: self.conflict_retry,
-            short: self.short_retry,
-            medium: self.medium_retry,
-            long: self.long_retry,
-            resource_exhausted: self.resource_exhausted_retry,
-        }
-    }
-}
-
 /// Runs the binary and maps the outcome to the process exit code (0 after a clean drain).
 pub async fn main_with(args: Args) -> ExitCode {
-    match run(args).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("machineclass-controller: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    capstan_runtime::controller::main_with(SERVICE_NAME, run(args)).await
 }
 
 fn build_driver(args: &Args, client: &Client) -> anyhow::Result<(Arc<dyn Driver>, &'static str)> {
@@ -176,48 +92,36 @@ fn build_driver(args: &Args, client: &Client) -> anyhow::Result<(Arc<dyn Driver>
 
 /// Start-up, run until SIGTERM/SIGINT (or a lost lease), then drain in order.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let telemetry = telemetry::init(SERVICE_NAME, &args.common)?;
-    let shutdown = Shutdown::on_signals()?;
-    let client = args
-        .common
-        .kube_client()
-        .await
-        .context("kubernetes client")?;
-    let mut registry = Registry::default();
-    let metrics = ControllerMetrics::register(&mut registry, SERVICE_NAME);
-    let mcm_metrics = McmMetrics::register(&mut registry);
+    let mut binary = Binary::start(SERVICE_NAME, &args.common)?;
+    let client = binary.kube_client().await.context("kubernetes client")?;
+    let metrics = ControllerMetrics::register(binary.registry(), SERVICE_NAME);
+    let mcm_metrics = McmMetrics::register(binary.registry());
     let (inner_driver, provider) = build_driver(&args, &client)?;
     let driver: Arc<dyn Driver> = Arc::new(MeteredDriver::new(
         inner_driver,
         provider,
         mcm_metrics.clone(),
     ));
-    let service = Service::start(
-        SERVICE_NAME,
-        &args.common,
-        registry,
-        Some(client.clone()),
-        shutdown.clone(),
-    )
-    .await?;
-    let wiring = Wiring {
-        client,
-        namespace: args.namespace.clone(),
-        driver,
-        retry: args.retry_periods(),
-        timeouts: args.machine_timeouts(),
-        metrics,
-        mcm_metrics,
-        leader: service.leader().clone(),
-        shutdown: shutdown.clone(),
-        machine_concurrency: args.machine_concurrency,
-        class_concurrency: args.class_concurrency,
-    };
-    let readiness = service.readiness().clone();
-    service
-        .run(run_controllers(wiring, move || readiness.set_ready(true)))
+    let shutdown = binary.shutdown().clone();
+    binary
+        .serve(Some(client.clone()), |service| {
+            let wiring = Wiring {
+                client,
+                namespace: args.namespace.clone(),
+                driver,
+                retry: args.retry_periods(),
+                timeouts: args.machine_timeouts(),
+                metrics,
+                mcm_metrics,
+                leader: service.leader().clone(),
+                shutdown,
+                machine_concurrency: args.machine_concurrency,
+                class_concurrency: args.class_concurrency,
+            };
+            let readiness = service.readiness().clone();
+            run_controllers(wiring, move || readiness.set_ready(true))
+        })
         .await?;
-    telemetry.shutdown().await;
     Ok(())
 }
 
@@ -303,24 +207,12 @@ fn secrets_of(class: &MachineClass) -> BTreeSet<String> {
         .collect()
 }
 
-/// Yields once each time the watched flag (leadership, caches synced) turns true.
-fn turned_true(rx: tokio::sync::watch::Receiver<bool>) -> impl Stream<Item = ()> + Send {
-    futures::stream::unfold(rx, |mut rx| async move {
-        loop {
-            rx.changed().await.ok()?;
-            if *rx.borrow_and_update() {
-                return Some(((), rx));
-            }
-        }
-    })
-}
-
 fn send_ref<K: Resource<DynamicType = ()>>(tx: &UnboundedSender<ObjectRef<K>>, target: &str) {
     let (ns, name) = split_key(target);
     let _ = tx.send(ObjectRef::new(name).within(ns));
 }
 
-/// The four controllers for the whole process lifetime. They stop taking work when shutdown is
+/// The three controllers (Machine, MachineClass, Secret) for the whole process lifetime. They stop taking work when shutdown is
 /// requested and return once in-flight reconciles are done. `on_ready` runs once every cache has
 /// synced.
 pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static) {
@@ -342,11 +234,18 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
     let caches_ready = Arc::new(AtomicBool::new(false));
     let (synced_tx, synced_rx) = tokio::sync::watch::channel(false);
 
-    let reporter = Reporter {
-        controller: SERVICE_NAME.into(),
-        instance: std::env::var("POD_NAME").ok(),
+    let retry = RetryPolicy {
+        conflict: w.retry.conflict,
+        // MCM retries a failed step after its short period; repeated failures back off up to
+        // the medium period.
+        backoff: BackoffConfig {
+            base: w.retry.short,
+            max: w.retry.medium.max(w.retry.short),
+            factor: 2,
+            jitter: false,
+        },
     };
-    let ctx = Arc::new(Ctx {
+    let ctx = Arc::new(Context {
         client: w.client.clone(),
         namespace: ns.clone(),
         driver: w.driver,
@@ -360,10 +259,10 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         class_triggers: class_tx.clone(),
         class_versions: Mutex::new(Default::default()),
         blocked_classes: Mutex::new(Default::default()),
-        recorder: Recorder::new(w.client.clone(), reporter),
+        events: EventPublisher::new(w.client.clone(), SERVICE_NAME),
         retry: w.retry,
         timeouts: w.timeouts,
-        metrics: w.metrics,
+        reconciler: Reconciler::new(w.metrics, retry),
         leader: w.leader.clone(),
         caches_ready: caches_ready.clone(),
     });
@@ -396,15 +295,20 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
     )
     .touched_objects();
 
-    let stop = |s: &Shutdown| {
-        let token = s.token();
-        async move { token.cancelled_owned().await }
+    let gates = Gates {
+        leader: w.leader.clone(),
+        caches_synced: synced_rx,
+        shutdown: w.shutdown.clone(),
     };
     let machine_config = ControllerConfig::default().concurrency(w.machine_concurrency);
     let class_config = ControllerConfig::default().concurrency(w.class_concurrency);
 
     let machine_ns = ns.clone();
-    let machines = Controller::for_stream(machine_stream, machine_store.clone())
+    let machines = gates
+        .apply(Controller::for_stream(
+            machine_stream,
+            machine_store.clone(),
+        ))
         .with_config(machine_config)
         .watches_stream(node_stream, move |node: Node| {
             node.metadata
@@ -414,33 +318,17 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
                 .map(|m| ObjectRef::new(m).within(&machine_ns))
         })
         .reconcile_on(UnboundedReceiverStream::new(machine_rx))
-        .reconcile_all_on(futures::stream::select(
-            turned_true(w.leader.subscribe()),
-            turned_true(synced_rx.clone()),
-        ))
-        .graceful_shutdown_on(stop(&w.shutdown))
-        .run(machine::reconcile, machine::error_policy, ctx.clone())
-        .for_each(|_| futures::future::ready(()));
-    let classes = Controller::for_stream(class_stream, class_store.clone())
+        .run(machine::reconcile, error_policy, ctx.clone());
+    let classes = gates
+        .apply(Controller::for_stream(class_stream, class_store.clone()))
         .with_config(class_config.clone())
         .reconcile_on(UnboundedReceiverStream::new(class_rx))
-        .reconcile_all_on(futures::stream::select(
-            turned_true(w.leader.subscribe()),
-            turned_true(synced_rx.clone()),
-        ))
-        .graceful_shutdown_on(stop(&w.shutdown))
-        .run(class::reconcile, class::error_policy, ctx.clone())
-        .for_each(|_| futures::future::ready(()));
-    let secrets = Controller::for_stream(secret_stream, secret_store.clone())
+        .run(class::reconcile, error_policy, ctx.clone());
+    let secrets = gates
+        .apply(Controller::for_stream(secret_stream, secret_store.clone()))
         .with_config(class_config)
         .reconcile_on(UnboundedReceiverStream::new(secret_rx))
-        .reconcile_all_on(futures::stream::select(
-            turned_true(w.leader.subscribe()),
-            turned_true(synced_rx.clone()),
-        ))
-        .graceful_shutdown_on(stop(&w.shutdown))
-        .run(secret::reconcile, secret::error_policy, ctx.clone())
-        .for_each(|_| futures::future::ready(()));
+        .run(secret::reconcile, error_policy, ctx.clone());
 
     let mcm_metrics = w.mcm_metrics;
     let metrics_store = machine_store.clone();
@@ -477,7 +365,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
     };
     // The readiness/metrics loop never ends; the controllers end after a shutdown request.
     tokio::select! {
-        _ = futures::future::join3(machines, classes, secrets) => {}
+        _ = futures::future::join3(drive(machines), drive(classes), drive(secrets)) => {}
         () = readiness => {}
         () = early_shutdown => tracing::info!("shutdown before the caches synced"),
     }

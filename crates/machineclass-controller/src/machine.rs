@@ -6,11 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use capstan_apis::machine::{
-    Code, FINALIZER_MCM, FINALIZER_NODE, LABEL_MACHINE_DEPLOYMENT, LABEL_NODE, Machine,
-    MachineClass, MachineOperationType, MachinePhase, MachineState, MachineStatus,
-    NODE_LABEL_MACHINE_NAME,
+    Code, FINALIZER_MCM, FINALIZER_NODE, LABEL_NODE, Machine, MachineClass, MachineOperationType,
+    MachinePhase, MachineState, MachineStatus, NODE_LABEL_MACHINE_NAME,
 };
-use capstan_runtime::ErrorLabel;
+use capstan_runtime::controller::Target;
+use capstan_runtime::events::Event;
+use capstan_runtime::kube_errors::is_not_found;
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -18,6 +19,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use machine_driver::{DriverError, MachineInfo, MachineRequest};
 use machineclass_core::Timestamp;
+use machineclass_core::creation::{
+    VmLookup, after_status_lookup, another_failed_in_deployment, node_owned_by_another,
+    same_conditions,
+};
 use machineclass_core::driver_error::creation_failure;
 use machineclass_core::health::{HealthInput, evaluate_health};
 use machineclass_core::meta::{finalizers_with, has_finalizer};
@@ -28,34 +33,26 @@ use machineclass_core::validate::{
 };
 use serde_json::json;
 
-use crate::context::Ctx;
-use crate::error::{Error, conflict_aware, is_not_found};
+use crate::context::Context;
+use crate::error::Error;
 use crate::io::{merge_patch_diff, patch_finalizers, write_machine_status};
 
 /// lastOperation description after a successful CreateMachine (MCM's wording).
 pub const CREATING: &str = "Creating machine on cloud provider";
 
-pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let mut measure = ctx.metrics.measure("Machine");
-    let result = match ctx.hold_writes() {
-        Some(hold) => Ok(hold),
-        None if machine.metadata.deletion_timestamp.is_some() => {
-            crate::deletion::run(&machine, &ctx).await
+pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let work = async {
+        match ctx.hold_writes() {
+            Some(hold) => Ok(hold),
+            None if machine.metadata.deletion_timestamp.is_some() => {
+                crate::deletion::run(&machine, &ctx).await
+            }
+            None => live(&machine, &ctx).await,
         }
-        None => live(&machine, &ctx).await,
     };
-    if let Err(e) = &result {
-        measure.set_failure(e);
-    }
-    result
-}
-
-pub fn error_policy(_machine: Arc<Machine>, error: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::debug!(%error, label = error.metric_label(), "machine reconcile failed");
-    match error {
-        Error::Conflict(_) => Action::requeue(ctx.retry.conflict),
-        _ => Action::requeue(ctx.retry.short),
-    }
+    ctx.reconciler
+        .reconcile(Target::of("Machine", &*machine), work)
+        .await
 }
 
 fn now() -> Timestamp {
@@ -72,7 +69,7 @@ fn created_at(machine: &Machine) -> Timestamp {
 
 /// Writes `next` when it differs from the Machine's status; returns the updated Machine.
 pub(crate) async fn store_status(
-    ctx: &Ctx,
+    ctx: &Context,
     machine: &Machine,
     next: MachineStatus,
 ) -> Result<Option<Machine>, Error> {
@@ -90,7 +87,7 @@ pub(crate) async fn store_status(
 
 /// Applies a status change; `Some(updated)` when something was written.
 pub(crate) async fn apply_change(
-    ctx: &Ctx,
+    ctx: &Context,
     machine: &Machine,
     change: &StatusChange,
 ) -> Result<Option<Machine>, Error> {
@@ -100,7 +97,7 @@ pub(crate) async fn apply_change(
     }
 }
 
-async fn live(original: &Machine, ctx: &Ctx) -> Result<Action, Error> {
+async fn live(original: &Machine, ctx: &Context) -> Result<Action, Error> {
     let api = ctx.machines_api();
     let namespace = original.metadata.namespace.clone().unwrap_or_default();
     let mut machine = original.clone();
@@ -180,7 +177,7 @@ async fn live(original: &Machine, ctx: &Ctx) -> Result<Action, Error> {
 /// Reports bad input on the Machine: a Warning Event and lastOperation Failed (written and
 /// announced once; the phase is unchanged).
 async fn report_invalid(
-    ctx: &Ctx,
+    ctx: &Context,
     machine: &Machine,
     message: String,
     retry: std::time::Duration,
@@ -192,14 +189,8 @@ async fn report_invalid(
     ));
     if apply_change(ctx, machine, &change).await?.is_some() {
         tracing::warn!(machine = ?machine.metadata.name, %message, "machine validation failed");
-        ctx.event(
-            &machine.object_ref(&()),
-            true,
-            "ValidationFailed",
-            "Validate",
-            message,
-        )
-        .await;
+        let event = Event::warning("ValidationFailed", "Validate", message);
+        ctx.event(&machine.object_ref(&()), event).await;
     }
     Ok(Action::requeue(retry))
 }
@@ -207,7 +198,7 @@ async fn report_invalid(
 /// `secretRef` data merged with `credentialsSecretRef` data, or why it cannot be read.
 /// **Decision**: a referenced Secret that does not exist is an error.
 pub(crate) fn collect_secret_data(
-    ctx: &Ctx,
+    ctx: &Context,
     class: &MachineClass,
 ) -> Result<BTreeMap<String, Vec<u8>>, String> {
     let class_ns = class.metadata.namespace.clone().unwrap_or_default();
@@ -243,32 +234,8 @@ enum HealthOutcome {
     },
 }
 
-fn same_conditions(a: &[NodeCondition], b: &[NodeCondition]) -> bool {
-    // Heartbeat times change constantly; only what a reader acts on counts.
-    let key = |c: &NodeCondition| {
-        (
-            c.type_.clone(),
-            c.status.clone(),
-            c.reason.clone(),
-            c.message.clone(),
-        )
-    };
-    a.len() == b.len() && a.iter().map(key).eq(b.iter().map(key))
-}
-
-fn another_failed_in_deployment(ctx: &Ctx, machine: &Machine) -> bool {
-    let Some(deployment) = machine.labels().get(LABEL_MACHINE_DEPLOYMENT) else {
-        return false;
-    };
-    ctx.machines.state().iter().any(|m| {
-        m.metadata.name != machine.metadata.name
-            && m.labels().get(LABEL_MACHINE_DEPLOYMENT) == Some(deployment)
-            && m.phase() == Some(&MachinePhase::Failed)
-    })
-}
-
 async fn health_and_node(
-    ctx: &Ctx,
+    ctx: &Context,
     machine: &Machine,
     class: &MachineClass,
     timeouts: &MachineTimeouts,
@@ -287,7 +254,12 @@ async fn health_and_node(
         {
             Ok(_) => {}
             Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(e.into()),
+            Err(source) => {
+                return Err(Error::DeleteMachine {
+                    machine: name,
+                    source,
+                });
+            }
         }
         tracing::info!(machine = %name, node = %node_name, "node is being deleted, deleting its machine");
         return Ok(HealthOutcome::MachineDeleted);
@@ -307,8 +279,8 @@ async fn health_and_node(
         .and_then(|c| c.last_update_time.as_ref())
         .map_or_else(|| created_at(machine), |t| t.0);
     let phase = machine.phase();
-    let deferred_check =
-        phase == Some(&MachinePhase::Unknown) && another_failed_in_deployment(ctx, machine);
+    let deferred_check = phase == Some(&MachinePhase::Unknown)
+        && another_failed_in_deployment(machine, ctx.machines.state().iter().map(|m| &**m));
     let decision = evaluate_health(&HealthInput {
         machine_name: &name,
         phase,
@@ -370,7 +342,7 @@ fn decoration_json(d: &Decoration) -> serde_json::Value {
 
 /// Applies the node template, the machine-name label and the Node finalizer in one patch, or
 /// writes nothing when all are in place.
-async fn sync_node(ctx: &Ctx, machine: &Machine, node: &Node) -> Result<(), Error> {
+async fn sync_node(ctx: &Context, machine: &Machine, node: &Node) -> Result<(), Error> {
     let machine_name = machine.metadata.name.clone().unwrap_or_default();
     let current = node_view(node);
     let template = Decoration::of_template(machine.spec.node_template.as_ref());
@@ -390,13 +362,21 @@ async fn sync_node(ctx: &Ctx, machine: &Machine, node: &Node) -> Result<(), Erro
     ctx.nodes_api()
         .patch(&node_name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(|e| conflict_aware(&node_name, e))?;
+        .map_err(|source| Error::SyncNode {
+            node: node_name.clone(),
+            source,
+        })?;
     tracing::debug!(node = %node_name, "node synced");
     Ok(())
 }
 
-/// Adds the class's `nodeTemplate.virtualCapacity` to the Node's `status.capacity`.
-async fn sync_virtual_capacity(ctx: &Ctx, class: &MachineClass, node: &Node) -> Result<(), Error> {
+/// Adds the class's `nodeTemplate.virtualCapacity` to the Node's `status.capacity`, guarded by the
+/// Node's resourceVersion (the kubelet owns that status and may have just rewritten it).
+async fn sync_virtual_capacity(
+    ctx: &Context,
+    class: &MachineClass,
+    node: &Node,
+) -> Result<(), Error> {
     let capacity = node.status.as_ref().and_then(|s| s.capacity.as_ref());
     let virtual_capacity = class
         .spec
@@ -408,16 +388,22 @@ async fn sync_virtual_capacity(ctx: &Ctx, class: &MachineClass, node: &Node) -> 
         return Ok(());
     }
     let node_name = node.metadata.name.clone().unwrap_or_default();
-    let patch = json!({"status": {"capacity": missing}});
+    let patch = json!({
+        "metadata": {"resourceVersion": node.metadata.resource_version},
+        "status": {"capacity": missing},
+    });
     ctx.nodes_api()
         .patch_status(&node_name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(|e| conflict_aware(&node_name, e))?;
+        .map_err(|source| Error::SyncVirtualCapacity {
+            node: node_name.clone(),
+            source,
+        })?;
     Ok(())
 }
 
 async fn create_flow(
-    ctx: &Ctx,
+    ctx: &Context,
     machine: &Machine,
     request: MachineRequest,
     timeouts: &MachineTimeouts,
@@ -435,7 +421,7 @@ async fn create_flow(
                 .unwrap_or_default(),
             addresses: status.addresses,
         },
-        Err(e) if matches!(e.code, Code::NotFound | Code::Unimplemented) => {
+        Err(e) if after_status_lookup(Some(e.code)) == VmLookup::Create => {
             match ctx.driver.create_machine(&request).await {
                 Ok(info) => info,
                 Err(e) => return creation_failed(ctx, machine, &e, timeouts).await,
@@ -452,7 +438,7 @@ async fn create_flow(
     // A Node of that name that belongs to another machine: this VM must not take it over.
     if let Some(node) = ctx.nodes.get(&ObjectRef::new(&info.node_name)) {
         let owner = node.labels().get(NODE_LABEL_MACHINE_NAME);
-        if owner.is_some_and(|o| *o != name) {
+        if node_owned_by_another(owner.map(String::as_str), &name) {
             if let Err(e) = ctx.driver.delete_machine(&request).await {
                 tracing::warn!(machine = %name, %e, "could not delete the VM that collided with an old node");
             }
@@ -474,7 +460,10 @@ async fn create_flow(
             .machines_api()
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .map_err(|e| conflict_aware(&name, e))?;
+            .map_err(|source| Error::RecordProviderId {
+                machine: name.clone(),
+                source,
+            })?;
         tracing::info!(machine = %name, provider_id = %info.provider_id, node = %info.node_name, "machine created on provider");
     }
     let mut change = StatusChange::operation(Operation::new(
@@ -501,7 +490,7 @@ async fn create_flow(
 }
 
 async fn creation_failed(
-    ctx: &Ctx,
+    ctx: &Context,
     machine: &Machine,
     error: &DriverError,
     timeouts: &MachineTimeouts,
@@ -519,14 +508,8 @@ async fn creation_failed(
         && written.phase().cloned() != old_phase
     {
         let note = format!("{} ({})", error.message, error.code);
-        ctx.event(
-            &machine.object_ref(&()),
-            true,
-            "CreateFailed",
-            "Create",
-            note,
-        )
-        .await;
+        let event = Event::warning("CreateFailed", "Create", note);
+        ctx.event(&machine.object_ref(&()), event).await;
     }
     tracing::info!(machine = ?machine.metadata.name, code = %error.code, retry = ?failure.retry_after, "machine creation failed");
     Ok(Action::requeue(failure.retry_after))

@@ -4,25 +4,25 @@
 use std::sync::Arc;
 
 use capstan_apis::machine::FINALIZER_SECRET;
+use capstan_runtime::controller::Target;
+use capstan_runtime::sync::lock;
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::controller::Action;
 use machineclass_core::meta::{finalizers_with, finalizers_without, has_finalizer};
 use machineclass_core::secret::{SecretAction, decide_secret};
 
-use crate::context::{Ctx, key, lock};
+use crate::context::{Context, key};
 use crate::error::Error;
 use crate::io::patch_finalizers;
 
-pub async fn reconcile(secret: Arc<Secret>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let mut measure = ctx.metrics.measure("Secret");
-    let result = reconcile_inner(&secret, &ctx).await;
-    if let Err(e) = &result {
-        measure.set_failure(e);
-    }
-    result
+pub async fn reconcile(secret: Arc<Secret>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let target = Target::of("Secret", &*secret);
+    ctx.reconciler
+        .reconcile(target, reconcile_inner(&secret, &ctx))
+        .await
 }
 
-async fn reconcile_inner(secret: &Secret, ctx: &Ctx) -> Result<Action, Error> {
+async fn reconcile_inner(secret: &Secret, ctx: &Context) -> Result<Action, Error> {
     if let Some(hold) = ctx.hold_writes() {
         return Ok(hold);
     }
@@ -43,12 +43,4 @@ async fn reconcile_inner(secret: &Secret, ctx: &Ctx) -> Result<Action, Error> {
         tracing::info!(secret = %secret_key, referenced, "secret finalizer updated");
     }
     Ok(Action::requeue(ctx.retry.long))
-}
-
-pub fn error_policy(_secret: Arc<Secret>, error: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::debug!(%error, "secret reconcile failed");
-    match error {
-        Error::Conflict(_) => Action::requeue(ctx.retry.conflict),
-        _ => Action::requeue(ctx.retry.short),
-    }
 }

@@ -7,6 +7,7 @@
 //! the returned decisions at the edge.
 
 pub mod class;
+pub mod creation;
 pub mod deletion;
 pub mod driver_error;
 pub mod health;

@@ -107,10 +107,7 @@ impl<K: Hash + Eq + Clone> PerObjectBackoff<K> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<K, u32>> {
-        // A poisoned map only holds counters; keep using it rather than panicking.
-        self.attempts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::sync::lock(&self.attempts)
     }
 
     fn jittered(&self, delay: Duration, key: &K, attempt: u32) -> Duration {

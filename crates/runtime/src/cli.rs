@@ -159,10 +159,23 @@ fn hostname() -> Option<String> {
 }
 
 impl CommonArgs {
-    /// Builds a Kubernetes client: from `--kubeconfig` when given, else inferred
-    /// (in-cluster, then the default kubeconfig).
+    /// [`kube_client_for`](Self::kube_client_for) named after the running executable.
     pub async fn kube_client(&self) -> Result<kube::Client, RuntimeError> {
-        let config = match &self.kubeconfig {
+        let executable = std::env::current_exe().ok();
+        let name = executable
+            .as_deref()
+            .and_then(std::path::Path::file_stem)
+            .and_then(std::ffi::OsStr::to_str)
+            .unwrap_or("capstan");
+        self.kube_client_for(name).await
+    }
+
+    /// Builds a Kubernetes client for the binary `name`: from `--kubeconfig` when given, else
+    /// inferred (in-cluster, then the default kubeconfig). Every request carries the User-Agent
+    /// `<name>/<version>` (API request accounting and audit logs name the binary) and makes a
+    /// `kube_api` span (see [`crate::http_trace`]).
+    pub async fn kube_client_for(&self, name: &str) -> Result<kube::Client, RuntimeError> {
+        let mut config = match &self.kubeconfig {
             Some(paths) => {
                 let kubeconfig = read_kubeconfig_paths(paths)?;
                 kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
@@ -174,8 +187,21 @@ impl CommonArgs {
             }
             None => kube::Config::infer().await?,
         };
-        kube::Client::try_from(config).map_err(RuntimeError::KubeClient)
+        let agent = user_agent(name);
+        if let Ok(value) = http::HeaderValue::from_str(&agent) {
+            config.headers.push((http::header::USER_AGENT, value));
+        }
+        let client = kube::client::ClientBuilder::try_from(config)
+            .map_err(RuntimeError::KubeClient)?
+            .with_layer(&crate::http_trace::TraceLayer::kube_api())
+            .build();
+        Ok(client)
     }
+}
+
+/// `<binary>/<version>`: the User-Agent of every Capstan binary's clients.
+pub fn user_agent(binary: &str) -> String {
+    format!("{binary}/{}", env!("CARGO_PKG_VERSION"))
 }
 
 /// Reads one kubeconfig or a `:`-separated list (the `KUBECONFIG` convention), merged in order.

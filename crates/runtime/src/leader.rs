@@ -239,11 +239,7 @@ impl LeaderHandle {
     /// Stops renewing and releases the lease (shutdown step 3: call after in-flight work is done).
     /// Errors with [`RuntimeError::LeaseLost`] if leadership was lost while held.
     pub async fn release(&self) -> Result<LeadershipEnd, RuntimeError> {
-        let control = self
-            .control
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        let control = crate::sync::lock(&self.control).take();
         let Some(Control { task, release }) = control else {
             return if self.was_lost() {
                 Err(self.lost_error())

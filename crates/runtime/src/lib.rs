@@ -2,7 +2,9 @@
 //! Prometheus metrics ([`metrics`]), the admin HTTP server with `/metrics`, `/livez` and `/readyz`
 //! ([`admin`]), per-object retry backoff ([`backoff`]), leader election on a Lease ([`leader`]) and
 //! graceful shutdown ([`shutdown`], [`service`]), and a keyed work queue for controllers whose
-//! reconcile key is not one cached object ([`workqueue`]).
+//! reconcile key is not one cached object ([`workqueue`]). The controller kit ([`controller`])
+//! puts them together for every binary, with traced API and gRPC requests ([`http_trace`]),
+//! Events ([`events`]), API error questions ([`kube_errors`]) and poison-tolerant locks ([`sync`]).
 //!
 //! A binary wires them in this order: parse [`cli::CommonArgs`], [`telemetry::init`], register
 //! metrics on a `prometheus_client` registry, [`service::Service::start`] (admin server + leader
@@ -12,11 +14,16 @@
 pub mod admin;
 pub mod backoff;
 pub mod cli;
+pub mod controller;
 mod error;
+pub mod events;
+pub mod http_trace;
+pub mod kube_errors;
 pub mod leader;
 pub mod metrics;
 pub mod service;
 pub mod shutdown;
+pub mod sync;
 pub mod telemetry;
 pub mod workqueue;
 

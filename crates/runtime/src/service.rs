@@ -45,7 +45,7 @@ impl Service {
         tracing::info!(service = name, "admin server listening on {admin_addr}");
         let client = match client {
             Some(client) => Some(client),
-            None if args.leader.leader_elect => Some(args.kube_client().await?),
+            None if args.leader.leader_elect => Some(args.kube_client_for(name).await?),
             None => None,
         };
         let leader = LeaderElection::start(client, &args.leader, name, shutdown.clone())?;

@@ -66,11 +66,8 @@ impl<K: Hash + Eq + Clone> WorkQueue<K> {
     }
 
     fn lock(&self) -> MutexGuard<'_, State<K>> {
-        // A panic while holding this lock leaves the state consistent (every method finishes its
-        // few field updates before anything can panic), so a poisoned lock is safe to reuse.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        // Every method finishes its few field updates before anything can panic.
+        crate::sync::lock(&self.state)
     }
 
     /// Queues `key` now.

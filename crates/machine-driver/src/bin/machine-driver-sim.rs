@@ -1,75 +1,80 @@
 //! Serves the simulated provider over gRPC (`capstan.machine.v1.MachineDriver`), so that the
 //! machineclass-controller can use it with `--driver grpc://host:port`.
-//! Prints `driver listening on ADDR` once bound.
+//! Prints `driver listening on ADDR` once bound; takes the common flags of every binary (admin
+//! server, logs, traces).
 
 use std::net::SocketAddr;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-use capstan_runtime::cli::LogFormat;
+use anyhow::Context as _;
+use capstan_apis::machine::GoDuration;
+use capstan_runtime::cli::CommonArgs;
+use capstan_runtime::controller::Binary;
 use clap::Parser;
 use machine_driver::sim::{SimConfig, SimDriver};
 
+/// Binary, service and tracer name.
+const SERVICE_NAME: &str = "machine-driver-sim";
+
+/// Simulated MCM provider served over gRPC.
 #[derive(Parser, Debug)]
-#[command(
-    name = "machine-driver-sim",
-    about = "Simulated MCM provider served over gRPC"
-)]
+#[command(name = "machine-driver-sim", version, about, long_about = None)]
 struct Args {
-    /// Kubeconfig of the cluster where VMs are recorded and Nodes registered.
-    #[arg(long, env = "KUBECONFIG")]
-    kubeconfig: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    common: CommonArgs,
     /// gRPC listen address (port 0 picks a free port).
     #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:9443")]
     listen: SocketAddr,
     /// Namespace of the VM records.
     #[arg(long, env = "NAMESPACE", default_value = "default")]
     namespace: String,
-    /// Seconds until a new VM's Node turns Ready.
-    #[arg(long, env = "SIM_READY_DELAY", default_value_t = 2.0)]
-    ready_delay_seconds: f64,
-    /// Log filter.
-    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
-    log_level: String,
+    /// Time until a new VM's Node turns Ready (Go duration, as machineclass-controller's
+    /// `--sim-ready-delay`).
+    #[arg(long, env = "SIM_READY_DELAY", default_value = "2s", value_parser = parse_duration)]
+    sim_ready_delay: Duration,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    GoDuration::new(text).to_std().map_err(|e| e.to_string())
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let common = capstan_runtime::cli::CommonArgs {
-        kubeconfig: args.kubeconfig.clone(),
-        metrics_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        log_format: LogFormat::Text,
-        log_level: args.log_level.clone(),
-        otlp_endpoint: None,
-        leader: capstan_runtime::cli::LeaderElectionArgs {
-            leader_elect: false,
-            lease_name: None,
-            lease_namespace: "default".into(),
-            lease_duration_seconds: 15,
-            lease_grace_seconds: 5,
-            identity: None,
-        },
-    };
-    let _telemetry = capstan_runtime::telemetry::init("machine-driver-sim", &common)?;
-    let client = common.kube_client().await.context("kube client")?;
+async fn main() -> ExitCode {
+    capstan_runtime::controller::main_with(SERVICE_NAME, run(Args::parse())).await
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let binary = Binary::start(SERVICE_NAME, &args.common)?;
+    let client = binary.kube_client().await.context("kube client")?;
     let driver = Arc::new(SimDriver::new(
-        client,
+        client.clone(),
         SimConfig {
             namespace: args.namespace,
-            ready_delay: Duration::from_secs_f64(args.ready_delay_seconds.max(0.0)),
+            ready_delay: args.sim_ready_delay,
         },
     ));
     let resumed = driver.resume().await.context("resume VMs")?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
-        .context("bind")?;
+        .with_context(|| format!("bind {}", args.listen))?;
     let addr = listener.local_addr()?;
     tracing::info!(resumed, "driver listening on {addr}");
     println!("driver listening on {addr}");
-    let signals = capstan_runtime::shutdown::Shutdown::on_signals()?;
-    let shutdown = async move { signals.cancelled().await };
-    machine_driver::grpc::serve(driver, listener, shutdown).await?;
+    let shutdown = binary.shutdown().clone();
+    binary
+        .serve(Some(client), |service| {
+            service.readiness().set_ready(true);
+            async move {
+                machine_driver::grpc::serve(
+                    driver,
+                    listener,
+                    async move { shutdown.cancelled().await },
+                )
+                .await
+            }
+        })
+        .await??;
     Ok(())
 }

@@ -1,0 +1,89 @@
+//! The flags of `machineclass-controller` (each with an environment variable); durations are Go
+//! durations (`200ms`, `3m`, `2h`), as in MCM.
+
+use std::time::Duration;
+
+use capstan_apis::machine::GoDuration;
+use capstan_runtime::cli::CommonArgs;
+use machineclass_core::driver_error::RetryPeriods;
+use machineclass_core::validate::MachineTimeouts;
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    GoDuration::new(text).to_std().map_err(|e| e.to_string())
+}
+
+/// Guards MachineClasses with finalizers while Machines use them, and drives the Machine
+/// lifecycle through a provider driver (Gardener machine-controller-manager compatible, API group
+/// `machine.sapcloud.io/v1alpha1`). Every replica watches; only the elected leader writes.
+#[derive(clap::Parser, Debug)]
+#[command(name = "machineclass-controller", version, about, long_about = None)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Namespace of the MachineClasses, Machines and their Secrets.
+    #[arg(long, env = "MCM_NAMESPACE", default_value = "default")]
+    pub namespace: String,
+
+    /// Provider driver: `sim` (in-process simulated provider) or `grpc://host:port`.
+    #[arg(long, env = "MACHINE_DRIVER", default_value = "sim")]
+    pub driver: String,
+
+    /// Simulated provider: time until a new VM's Node turns Ready (Go duration).
+    #[arg(long, env = "SIM_READY_DELAY", default_value = "2s", value_parser = parse_duration)]
+    pub sim_ready_delay: Duration,
+
+    /// Retry after a write conflict.
+    #[arg(long, env = "CONFLICT_RETRY", default_value = "200ms", value_parser = parse_duration)]
+    pub conflict_retry: Duration,
+    /// Short retry (transient errors, waiting for a dependency).
+    #[arg(long, env = "SHORT_RETRY", default_value = "5s", value_parser = parse_duration)]
+    pub short_retry: Duration,
+    /// Medium retry (non-transient driver errors).
+    #[arg(long, env = "MEDIUM_RETRY", default_value = "3m", value_parser = parse_duration)]
+    pub medium_retry: Duration,
+    /// Long retry (periodic resync, invalid input).
+    #[arg(long, env = "LONG_RETRY", default_value = "10m", value_parser = parse_duration)]
+    pub long_retry: Duration,
+    /// Retry after a `ResourceExhausted` driver error.
+    #[arg(long, env = "RESOURCE_EXHAUSTED_RETRY", default_value = "3m", value_parser = parse_duration)]
+    pub resource_exhausted_retry: Duration,
+
+    /// Default `creationTimeout` of Machines that do not set one.
+    #[arg(long, env = "MACHINE_CREATION_TIMEOUT", default_value = "20m", value_parser = parse_duration)]
+    pub machine_creation_timeout: Duration,
+    /// Default `healthTimeout` of Machines that do not set one.
+    #[arg(long, env = "MACHINE_HEALTH_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    pub machine_health_timeout: Duration,
+    /// Default `drainTimeout` of Machines that do not set one.
+    #[arg(long, env = "MACHINE_DRAIN_TIMEOUT", default_value = "2h", value_parser = parse_duration)]
+    pub machine_drain_timeout: Duration,
+
+    /// Machines reconciled in parallel.
+    #[arg(long, env = "MACHINE_CONCURRENCY", default_value_t = 10)]
+    pub machine_concurrency: u16,
+    /// MachineClasses and Secrets reconciled in parallel.
+    #[arg(long, env = "CLASS_CONCURRENCY", default_value_t = 4)]
+    pub class_concurrency: u16,
+}
+
+impl Args {
+    pub fn machine_timeouts(&self) -> MachineTimeouts {
+        MachineTimeouts {
+            creation: self.machine_creation_timeout,
+            health: self.machine_health_timeout,
+            drain: self.machine_drain_timeout,
+            disable_health_timeout: false,
+        }
+    }
+
+    pub fn retry_periods(&self) -> RetryPeriods {
+        RetryPeriods {
+            conflict: self.conflict_retry,
+            short: self.short_retry,
+            medium: self.medium_retry,
+            long: self.long_retry,
+            resource_exhausted: self.resource_exhausted_retry,
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! The watches that keep the NodeSLO controller's projections current: Nodes and NodeSLOs
+//! become small facts (only what the decision reads), the ConfigMap becomes the merged config.
+//! Each change queues the node names it affects.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, RwLock};
+
+use capstan_apis::slo::NodeSlo;
+use capstan_runtime::sync::{read, write};
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use nodeslo_core::{MergedConfig, NodeFacts, SloFacts};
+
+use crate::controller::NodeSloController;
+use crate::projection::Projection;
+
+impl NodeSloController {
+    pub(crate) async fn watch_nodes(self: Arc<Self>) {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let events = watcher(api, watcher::Config::default()).default_backoff();
+        self.consume(
+            events,
+            &self.nodes,
+            |node| (node.name_any(), node_facts(&node)),
+            NodeFacts::eq,
+        )
+        .await;
+    }
+
+    pub(crate) async fn watch_nodeslos(self: Arc<Self>) {
+        let api: Api<NodeSlo> = Api::all(self.client.clone());
+        let events = watcher(api, watcher::Config::default()).default_backoff();
+        self.consume(
+            events,
+            &self.slos,
+            project_slo,
+            SloFacts::same_for_reconcile,
+        )
+        .await;
+    }
+
+    /// Feeds a watch into a projection and queues the names that changed.
+    async fn consume<K, T>(
+        &self,
+        events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+        projection: &RwLock<Projection<T>>,
+        project: impl Fn(K) -> (String, T),
+        same: impl Fn(&T, &T) -> bool + Copy,
+    ) {
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(event) => {
+                    let changed = write(projection).apply(project_event(event, &project), same);
+                    self.metrics.set_cached_nodeslos(read(&self.slos).len());
+                    self.enqueue(changed);
+                    self.update_synced();
+                }
+                // default_backoff() retries; the error is worth a log line, not a crash.
+                Err(error) => tracing::warn!(%error, "watch error, retrying"),
+            }
+        }
+    }
+
+    pub(crate) async fn watch_config(self: Arc<Self>) {
+        let api: Api<ConfigMap> =
+            Api::namespaced(self.client.clone(), &self.settings.config_namespace);
+        let config = watcher::Config::default()
+            .fields(&format!("metadata.name={}", self.settings.config_name));
+        let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+        // During a re-list the ConfigMap is only known to be absent once the list is complete.
+        let mut listed: Option<ConfigMap> = None;
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::Init) => listed = None,
+                Ok(watcher::Event::InitApply(cm)) => listed = Some(cm),
+                Ok(watcher::Event::InitDone) => self.apply_config(listed.take()).await,
+                Ok(watcher::Event::Apply(cm)) => self.apply_config(Some(cm)).await,
+                Ok(watcher::Event::Delete(_)) => self.apply_config(None).await,
+                Err(error) => tracing::warn!(%error, "ConfigMap watch error, retrying"),
+            }
+        }
+    }
+
+    /// Recomputes the merged config from the ConfigMap (absent: defaults). Problems are reported
+    /// once per ConfigMap version; a changed merged config reconciles every node.
+    async fn apply_config(&self, cm: Option<ConfigMap>) {
+        let version = cm
+            .as_ref()
+            .map(|c| c.resource_version().unwrap_or_default())
+            .unwrap_or_default();
+        let (outcome, report) = {
+            let state = read(&self.config);
+            let outcome = MergedConfig::from_config_map(
+                cm.as_ref().and_then(|c| c.data.as_ref()),
+                &state.current,
+            );
+            (
+                outcome,
+                state.reported_version.as_deref() != Some(version.as_str()),
+            )
+        };
+        if report {
+            self.report_config_problems(cm.as_ref(), &outcome.problems)
+                .await;
+        }
+        let changed = {
+            let mut state = write(&self.config);
+            state.reported_version = Some(version);
+            state.synced = true;
+            let changed = *state.current != outcome.config;
+            if changed {
+                state.current = Arc::new(outcome.config);
+            }
+            changed
+        };
+        if changed {
+            tracing::info!("merged SLO config changed: reconciling every node");
+            self.enqueue_all();
+        }
+        self.update_synced();
+    }
+}
+
+pub(crate) fn project_slo(slo: NodeSlo) -> (String, SloFacts) {
+    let facts = SloFacts::from_spec(
+        &slo.spec,
+        slo.metadata.generation,
+        slo.metadata.resource_version.clone(),
+    );
+    (slo.name_any(), facts)
+}
+
+fn project_event<K, T>(event: watcher::Event<K>, project: impl Fn(K) -> T) -> watcher::Event<T> {
+    match event {
+        watcher::Event::Apply(obj) => watcher::Event::Apply(project(obj)),
+        watcher::Event::Delete(obj) => watcher::Event::Delete(project(obj)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(obj) => watcher::Event::InitApply(project(obj)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+/// What the decision reads of a Node: labels, the bandwidth annotation and a digest of
+/// `allocatable` (heartbeats and conditions change constantly and decide nothing).
+pub fn node_facts(node: &Node) -> NodeFacts {
+    let mut hasher = DefaultHasher::new();
+    if let Some(allocatable) = node.status.as_ref().and_then(|s| s.allocatable.as_ref()) {
+        // BTreeMap: sorted, so the digest does not depend on the order the server wrote.
+        for (resource, quantity) in allocatable {
+            (resource, &quantity.0).hash(&mut hasher);
+        }
+    }
+    NodeFacts {
+        labels: node.metadata.labels.clone().unwrap_or_default(),
+        bandwidth: node
+            .annotations()
+            .get(capstan_apis::slo::ANNOTATION_NETWORK_BANDWIDTH)
+            .cloned(),
+        allocatable_digest: hasher.finish(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::NodeStatus;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    fn node_with(labels: &[(&str, &str)], cpu: &str, heartbeat: bool) -> Node {
+        let mut node = Node::default();
+        node.metadata.name = Some("n1".into());
+        node.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        node.status = Some(NodeStatus {
+            allocatable: Some([("cpu".to_string(), Quantity(cpu.into()))].into()),
+            conditions: heartbeat.then(Vec::new),
+            ..NodeStatus::default()
+        });
+        node
+    }
+
+    #[test]
+    fn node_facts_ignore_heartbeats_but_see_labels_and_allocatable() {
+        let base = node_facts(&node_with(&[("a", "b")], "4", false));
+        assert_eq!(base, node_facts(&node_with(&[("a", "b")], "4", true)));
+        assert_ne!(base, node_facts(&node_with(&[("a", "c")], "4", false)));
+        assert_ne!(base, node_facts(&node_with(&[("a", "b")], "8", false)));
+    }
+}

@@ -1,0 +1,438 @@
+//! The controller kit: what every Capstan controller binary is made of, written once.
+//!
+//! - [`main_with`]: runs a binary's `run` and maps its outcome to the exit code.
+//! - [`Binary`]: the start-up and drain skeleton (telemetry, signals, metrics registry, admin
+//!   server, leader election) around the binary's controllers.
+//! - [`Reconciler`]: wraps each reconcile in a `reconcile` span (controller, object kind,
+//!   namespace, name, outcome, trace id), times it, labels its failure, and decides the retry
+//!   ([`Reconciler::requeue_after_error`]: a conflict retries soon, anything else backs off per
+//!   object).
+//! - [`Gates`]: gates a kube-runtime `Controller` on shutdown and reconciles everything again
+//!   when leadership is gained or the caches have synced.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use kube::Resource;
+use kube::runtime::controller::{Action, Controller};
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::RuntimeError;
+use crate::backoff::{BackoffConfig, PerObjectBackoff};
+use crate::cli::CommonArgs;
+use crate::kube_errors::{find_kube_error, is_conflict};
+use crate::leader::LeaderHandle;
+use crate::metrics::{ControllerMetrics, ErrorLabel};
+use crate::service::Service;
+use crate::shutdown::Shutdown;
+use crate::telemetry::{self, TelemetryGuard};
+
+/// Runs a binary's `run` future and maps the outcome to the exit code: 0 after a clean drain,
+/// 1 after printing the error chain (`{error:#}`) prefixed with the binary's name.
+pub async fn main_with<E: Display>(
+    name: &str,
+    run: impl Future<Output = Result<(), E>>,
+) -> ExitCode {
+    match run.await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{name}: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A binary between start-up and drain: logs and traces installed, signal handlers set, a metrics
+/// registry to fill. [`serve`](Self::serve) runs the controllers and drains in order.
+#[derive(Debug)]
+pub struct Binary {
+    name: &'static str,
+    common: CommonArgs,
+    telemetry: TelemetryGuard,
+    shutdown: Shutdown,
+    registry: Registry,
+}
+
+impl Binary {
+    /// Installs logging/tracing for `name` and the SIGTERM/SIGINT handlers. Call inside Tokio.
+    pub fn start(name: &'static str, common: &CommonArgs) -> Result<Self, RuntimeError> {
+        let telemetry = telemetry::init(name, common)?;
+        let shutdown = Shutdown::on_signals()?;
+        Ok(Self {
+            name,
+            common: common.clone(),
+            telemetry,
+            shutdown,
+            registry: Registry::default(),
+        })
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The Kubernetes client, with this binary's User-Agent and request spans.
+    pub async fn kube_client(&self) -> Result<kube::Client, RuntimeError> {
+        self.common.kube_client_for(self.name).await
+    }
+
+    /// Where the binary registers its metrics before [`serve`](Self::serve).
+    pub fn registry(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
+    pub fn shutdown(&self) -> &Shutdown {
+        &self.shutdown
+    }
+
+    /// Starts the admin server and leader election ([`Service::start`]), runs the future
+    /// `controllers` builds from the started service until shutdown, drains in the documented
+    /// order and flushes traces. `client` is needed only with `--leader-elect` (built when `None`).
+    pub async fn serve<F, Fut>(
+        self,
+        client: Option<kube::Client>,
+        controllers: F,
+    ) -> Result<Fut::Output, RuntimeError>
+    where
+        F: FnOnce(&Service) -> Fut,
+        Fut: Future,
+    {
+        let Self {
+            name,
+            common,
+            telemetry,
+            shutdown,
+            registry,
+        } = self;
+        let service = Service::start(name, &common, registry, client, shutdown).await?;
+        let controllers = controllers(&service);
+        let output = service.run(controllers).await?;
+        telemetry.shutdown().await;
+        Ok(output)
+    }
+}
+
+/// The object a reconcile is about: its kind, namespace (none when cluster-scoped) and name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target<'a> {
+    pub kind: &'a str,
+    pub namespace: Option<&'a str>,
+    pub name: &'a str,
+}
+
+impl<'a> Target<'a> {
+    pub fn new(kind: &'a str, namespace: Option<&'a str>, name: &'a str) -> Self {
+        Self {
+            kind,
+            namespace,
+            name,
+        }
+    }
+
+    /// The target for a cached object of a static kind.
+    pub fn of<K: Resource<DynamicType = ()>>(kind: &'a str, object: &'a K) -> Self {
+        Self {
+            kind,
+            namespace: object.meta().namespace.as_deref(),
+            name: object.meta().name.as_deref().unwrap_or_default(),
+        }
+    }
+
+    fn backoff_key(&self) -> String {
+        format!(
+            "{}/{}/{}",
+            self.kind,
+            self.namespace.unwrap_or_default(),
+            self.name
+        )
+    }
+}
+
+/// A reconcile error, as the kit needs to see it: a metric label and whether it only means the
+/// cache was stale (a write conflict), which retries soon and without backoff.
+pub trait ReconcileFailure: ErrorLabel + std::error::Error + 'static {
+    /// By default: a 409 from the API server anywhere in the error's source chain.
+    fn is_conflict(&self) -> bool
+    where
+        Self: Sized,
+    {
+        find_kube_error(self).is_some_and(is_conflict)
+    }
+}
+
+impl ReconcileFailure for kube::Error {}
+
+/// Retry timing of a controller's failed reconciles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// After a write conflict: the watch brings the newer object shortly.
+    pub conflict: Duration,
+    /// Any other failure: per-object exponential backoff.
+    pub backoff: BackoffConfig,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            conflict: Duration::from_millis(200),
+            backoff: BackoffConfig::default(),
+        }
+    }
+}
+
+/// Runs, measures and traces one controller's reconciles and decides their retries.
+#[derive(Debug)]
+pub struct Reconciler {
+    metrics: ControllerMetrics,
+    backoff: PerObjectBackoff<String>,
+    conflict_retry: Duration,
+}
+
+impl Reconciler {
+    pub fn new(metrics: ControllerMetrics, retry: RetryPolicy) -> Self {
+        Self {
+            metrics,
+            backoff: PerObjectBackoff::new(retry.backoff),
+            conflict_retry: retry.conflict,
+        }
+    }
+
+    pub fn metrics(&self) -> &ControllerMetrics {
+        &self.metrics
+    }
+
+    /// Runs `work`, the reconcile of `target`, inside a `reconcile` span with the trace id
+    /// recorded (so its log lines carry it) and its outcome (`ok` or the error label); counts and
+    /// times it; a success forgets the target's backoff.
+    pub async fn reconcile<T, E, Fut>(&self, target: Target<'_>, work: Fut) -> Result<T, E>
+    where
+        Fut: Future<Output = Result<T, E>>,
+        E: ErrorLabel,
+    {
+        let span = tracing::info_span!(
+            "reconcile",
+            otel.name = %format!("reconcile {}", target.kind),
+            controller = %self.metrics.controller(),
+            object.kind = target.kind,
+            object.namespace = target.namespace.unwrap_or_default(),
+            object.name = target.name,
+            outcome = tracing::field::Empty,
+            error = tracing::field::Empty,
+            trace_id = tracing::field::Empty,
+        );
+        async {
+            telemetry::record_trace_id();
+            let mut measure = self.metrics.measure(target.kind);
+            let result = work.await;
+            let current = tracing::Span::current();
+            match &result {
+                Ok(_) => {
+                    self.backoff.reset(&target.backoff_key());
+                    current.record("outcome", "ok");
+                }
+                Err(error) => {
+                    measure.set_failure(error);
+                    current.record("outcome", "error");
+                    current.record("error", error.metric_label());
+                    current.record("otel.status_code", "ERROR");
+                }
+            }
+            result
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// How long to wait before retrying `target` after `error`: the conflict retry for a stale
+    /// cache (logged at debug), else the next per-object backoff delay (logged at warn).
+    pub fn retry_after<E: ReconcileFailure>(&self, target: Target<'_>, error: &E) -> Duration {
+        if error.is_conflict() {
+            tracing::debug!(
+                kind = target.kind,
+                namespace = target.namespace.unwrap_or_default(),
+                name = target.name,
+                %error,
+                "stale cache, retrying soon"
+            );
+            return self.conflict_retry;
+        }
+        let delay = self.backoff.next_delay(&target.backoff_key());
+        tracing::warn!(
+            controller = %self.metrics.controller(),
+            kind = target.kind,
+            namespace = target.namespace.unwrap_or_default(),
+            name = target.name,
+            error = %error,
+            label = error.metric_label(),
+            retry_in = ?delay,
+            "reconcile failed"
+        );
+        delay
+    }
+
+    /// The standard `error_policy` of a kube-runtime `Controller`: see [`retry_after`](Self::retry_after).
+    pub fn requeue_after_error<E: ReconcileFailure>(
+        &self,
+        target: Target<'_>,
+        error: &E,
+    ) -> Action {
+        Action::requeue(self.retry_after(target, error))
+    }
+}
+
+/// When a kube-runtime `Controller` may run: until shutdown, reconciling everything again each
+/// time leadership is gained or the caches finish syncing (reconciles park while either is
+/// missing).
+#[derive(Clone, Debug)]
+pub struct Gates {
+    pub leader: LeaderHandle,
+    pub caches_synced: watch::Receiver<bool>,
+    pub shutdown: Shutdown,
+}
+
+impl Gates {
+    /// `controller` stopping on shutdown (finishing in-flight reconciles) and reconciling every
+    /// object again when leadership or cache sync turns true.
+    pub fn apply<K>(&self, controller: Controller<K>) -> Controller<K>
+    where
+        K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+    {
+        let token = self.shutdown.token();
+        controller
+            .reconcile_all_on(futures::stream::select(
+                turned_true(self.leader.subscribe()),
+                turned_true(self.caches_synced.clone()),
+            ))
+            .graceful_shutdown_on(async move { token.cancelled_owned().await })
+    }
+}
+
+/// Yields once each time the watched flag (leadership, caches synced) turns true.
+pub fn turned_true(rx: watch::Receiver<bool>) -> impl Stream<Item = ()> + Send + Sync {
+    futures::stream::unfold(rx, |mut rx| async move {
+        loop {
+            rx.changed().await.ok()?;
+            if *rx.borrow_and_update() {
+                return Some(((), rx));
+            }
+        }
+    })
+}
+
+/// Drives a controller's output stream to its end (results are already logged and measured by
+/// the [`Reconciler`]).
+pub async fn drive<S: Stream>(stream: S) {
+    stream.for_each(|_| futures::future::ready(())).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    enum Failure {
+        #[error("writing status of {name}")]
+        WriteStatus {
+            name: String,
+            #[source]
+            source: kube::Error,
+        },
+        #[error("bad input")]
+        Invalid,
+    }
+
+    impl ErrorLabel for Failure {
+        fn metric_label(&self) -> &'static str {
+            match self {
+                Self::WriteStatus { .. } => "write_status",
+                Self::Invalid => "invalid",
+            }
+        }
+    }
+
+    impl ReconcileFailure for Failure {}
+
+    fn api(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("message", "Reason")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    fn reconciler() -> (Registry, Reconciler) {
+        let mut registry = Registry::default();
+        let metrics = ControllerMetrics::register(&mut registry, "test-controller");
+        let retry = RetryPolicy {
+            conflict: Duration::from_millis(200),
+            backoff: BackoffConfig {
+                base: Duration::from_secs(5),
+                max: Duration::from_secs(20),
+                factor: 2,
+                jitter: false,
+            },
+        };
+        (registry, Reconciler::new(metrics, retry))
+    }
+
+    #[tokio::test]
+    async fn conflicts_retry_soon_other_failures_back_off_per_object_until_a_success() {
+        let (_registry, reconciler) = reconciler();
+        let a = Target::new("Machine", Some("default"), "a");
+        let b = Target::new("Machine", Some("default"), "b");
+        let conflict = Failure::WriteStatus {
+            name: "a".into(),
+            source: api(409),
+        };
+        assert_eq!(
+            reconciler.retry_after(a, &conflict),
+            Duration::from_millis(200)
+        );
+        let delays: Vec<_> = (0..4)
+            .map(|_| reconciler.retry_after(a, &Failure::Invalid))
+            .collect();
+        assert_eq!(delays, [5, 10, 20, 20].map(Duration::from_secs));
+        assert_eq!(
+            reconciler.retry_after(b, &Failure::Invalid),
+            Duration::from_secs(5),
+            "b has its own backoff"
+        );
+        let ok: Result<(), Failure> = reconciler.reconcile(a, async { Ok(()) }).await;
+        assert!(ok.is_ok());
+        assert_eq!(
+            reconciler.retry_after(a, &Failure::Invalid),
+            Duration::from_secs(5),
+            "a success starts the backoff over"
+        );
+    }
+
+    #[tokio::test]
+    async fn failures_are_counted_by_their_label() {
+        let (registry, reconciler) = reconciler();
+        let target = Target::new("Machine", Some("default"), "a");
+        let failed: Result<(), Failure> = reconciler
+            .reconcile(target, async { Err(Failure::Invalid) })
+            .await;
+        assert!(failed.is_err());
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        assert!(
+            text.contains(r#"capstan_controller_reconcile_failures_total{controller="test-controller",kind="Machine",error="invalid"} 1"#),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn exit_code_follows_the_outcome() {
+        let ok = main_with("x", async { Ok::<(), String>(()) }).await;
+        let failed = main_with("x", async { Err::<(), _>("boom".to_owned()) }).await;
+        assert_eq!(format!("{ok:?}"), format!("{:?}", ExitCode::SUCCESS));
+        assert_eq!(format!("{failed:?}"), format!("{:?}", ExitCode::FAILURE));
+    }
+}
