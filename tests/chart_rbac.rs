@@ -9,9 +9,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use capstan_testkit::process::BinaryUnderTest;
 use capstan_scenarios::helm::{self, Cluster};
 use capstan_scenarios::tools::{binary, eventually};
+use capstan_testkit::process::BinaryUnderTest;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};

@@ -8,7 +8,8 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{Cluster, eventually};
+use capstan_testkit::eventually;
+use common::Cluster;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::PostParams;
@@ -96,10 +97,14 @@ async fn reconciles_are_exported_as_spans_with_their_api_requests_as_children() 
         .create(&PostParams::default(), &node("traced-node"))
         .await
         .expect("node created");
-    eventually(20, "the NodeSLO of traced-node", || async {
-        let slos: Api<capstan_apis::slo::NodeSlo> = Api::all(cluster.client.clone());
-        slos.get_opt("traced-node").await.ok().flatten()
-    })
+    eventually(
+        "the NodeSLO of traced-node",
+        Duration::from_secs(20),
+        || async {
+            let slos: Api<capstan_apis::slo::NodeSlo> = Api::all(cluster.client.clone());
+            slos.get_opt("traced-node").await.ok().flatten()
+        },
+    )
     .await;
     // The drain flushes the batch exporter.
     controller.sigterm().expect("SIGTERM");
