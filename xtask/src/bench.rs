@@ -1,16 +1,25 @@
-//! `cargo xtask bench <target> [ARGS]`: builds the benchmark harness and the binaries under test in
-//! release mode, then runs `capstan-bench <target>`, which prints ratios against a baseline
-//! measured in the same run.
+//! `cargo xtask bench [target] [--compare OLD.json [--against NEW.json]] [-- ARGS]`: builds the
+//! benchmark harness and the binaries under test in release mode, then runs `capstan-bench`, which
+//! prints one table of ratios against baselines measured in the same run and writes the results
+//! (JSON, SVG) under `target/bench/`.
 
+use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// What to measure: `nodeslo`, `kube-sim` or `sidecars` (see `capstan-bench --help`).
-    target: String,
-    /// Passed on to the benchmark, e.g. `-- --nodes 2000`.
+    /// What to measure: `nodeslo`, `machineclass`, `kube-sim` or `sidecars`; every suite when
+    /// left out (see `capstan-bench --help`).
+    target: Option<String>,
+    /// A previous results file (target/bench/*.json): print the change per figure.
+    #[arg(long)]
+    compare: Option<PathBuf>,
+    /// With `--compare`: compare against this results file instead of running anything.
+    #[arg(long, requires = "compare")]
+    against: Option<PathBuf>,
+    /// Passed on to the benchmark, e.g. `-- --sizes 1000,10000,50000` or `all -- --tiny`.
     #[arg(last = true)]
     rest: Vec<String>,
 }
@@ -20,30 +29,45 @@ fn binaries_for(target: &str) -> &'static [&'static str] {
     match target {
         "nodeslo" => &["nodeslo-controller"],
         "machineclass" => &["machineclass-controller"],
+        "all" => &["nodeslo-controller", "machineclass-controller"],
         _ => &[],
     }
 }
 
 pub fn run(args: &Args) -> Result<()> {
+    let target = args.target.as_deref().unwrap_or("all");
     // `--bin` names binaries across the whole workspace.
     let mut build = vec!["build", "--release", "--bin", "capstan-bench"];
-    for bin in binaries_for(&args.target) {
-        build.extend(["--bin", bin]);
+    if args.against.is_none() {
+        for bin in binaries_for(target) {
+            build.extend(["--bin", bin]);
+        }
     }
     crate::ci::cargo(&build)?;
     let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
+        .map(PathBuf::from)
         .unwrap_or_else(|| crate::workspace_root().join("target"));
     let release = target_dir.join("release");
-    let status = Command::new(release.join("capstan-bench"))
+    let mut bench = Command::new(release.join("capstan-bench"));
+    bench
         .arg("--bin-dir")
         .arg(&release)
-        .arg(&args.target)
-        .args(&args.rest)
-        .status()
-        .context("running capstan-bench")?;
+        .arg("--out-dir")
+        .arg(target_dir.join("bench"));
+    match (&args.compare, &args.against) {
+        (Some(old), Some(new)) => {
+            bench.arg("compare").arg(old).arg(new);
+        }
+        (old, _) => {
+            if let Some(old) = old {
+                bench.arg("--compare").arg(old);
+            }
+            bench.arg(target).args(&args.rest);
+        }
+    }
+    let status = bench.status().context("running capstan-bench")?;
     if !status.success() {
-        bail!("capstan-bench {} exited with {status}", args.target);
+        bail!("capstan-bench {target} exited with {status}");
     }
     Ok(())
 }

@@ -26,7 +26,7 @@ enum Command {
     Crdgen(crdgen::Args),
     /// Run kube-sim with Capstan's CRDs and every controller against it (the README's first command).
     Demo(demo::Args),
-    /// Build in release mode and run a benchmark: `cargo xtask bench nodeslo [-- --nodes 2000]`.
+    /// Build in release mode and run the benchmarks (all, or one: `cargo xtask bench nodeslo -- --sizes 1000,10000`); one table, JSON and SVG under target/bench.
     Bench(bench::Args),
     /// Build the container image (all binaries, FROM scratch, non-root) as an OCI archive under target/.
     Image(image::Args),

@@ -6,9 +6,8 @@
 //!   per machine: finalizer, VM record, Node, two Node status writes, providerID/label, status
 //!   Pending, Node sync, status Running) with the same concurrency on a fresh kube-sim;
 //! - writes per machine (every write moves kube-sim's resourceVersion), and in steady state (target 0);
+//! - API requests per machine (every verb) while converging;
 //! - the controller's peak RSS.
-//!
-//! kube-sim has no per-request counters yet, so reads per machine are not reported.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -23,7 +22,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use crate::cluster::{Cluster, Controller};
-use crate::report::Report;
+use crate::report::{Report, Samples, ScalePoint, Series, since};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -33,6 +32,9 @@ pub struct Args {
     /// Number of Machines (spread evenly over the classes).
     #[arg(long, default_value_t = 2_000)]
     machines: usize,
+    /// Several machine counts, comma-separated (e.g. `200,2000,10000`): a scaling curve; overrides `--machines`.
+    #[arg(long, value_delimiter = ',')]
+    sizes: Vec<usize>,
     /// Concurrent writes: the controller's `--machine-concurrency` and the floor client's alike.
     #[arg(long, default_value_t = 10)]
     concurrency: usize,
@@ -41,24 +43,40 @@ pub struct Args {
 const TIMEOUT: Duration = Duration::from_secs(900);
 const NS: &str = "default";
 
-pub async fn run(bin_dir: &Path, args: &Args) -> Result<()> {
+pub async fn run(bin_dir: &Path, args: &Args) -> Result<Report> {
+    let sizes = if args.sizes.is_empty() {
+        vec![args.machines]
+    } else {
+        args.sizes.clone()
+    };
+    let mut reports = Vec::new();
+    for machines in sizes {
+        reports.push((machines, run_size(bin_dir, args, machines).await?));
+    }
+    Ok(Report::merge_sizes(reports, "machines"))
+}
+
+async fn run_size(bin_dir: &Path, args: &Args, machines: usize) -> Result<Report> {
     let scratch = std::env::temp_dir().join(format!("capstan-bench-mc-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
-    let (classes, machines, c) = (args.classes.max(1), args.machines, args.concurrency.max(1));
+    let (classes, c) = (args.classes.max(1), args.concurrency.max(1));
     eprintln!("machineclass bench: {classes} classes, {machines} machines, concurrency {c}");
 
     // Floor: the same writes by a bare client.
     let floor = Cluster::start(&scratch, "floor").await?;
     seed(&floor.client, classes, machines).await?;
+    let floor_converged = wait_for_convergence(&floor, classes, machines);
     let started = Instant::now();
     floor_writes(&floor.client, classes, machines, c).await?;
     let floor_time = started.elapsed();
+    let floor_curve = since(started, floor_converged.await.context("watch task")??);
     drop(floor);
 
     // The controller.
     let cluster = Cluster::start(&scratch, "controller").await?;
     seed(&cluster.client, classes, machines).await?;
     let writes_before = cluster.writes();
+    let requests_before = cluster.sim.requests();
     let converged = wait_for_convergence(&cluster, classes, machines);
     let started = Instant::now();
     let kubeconfig = cluster.kubeconfig.to_string_lossy().into_owned();
@@ -82,9 +100,11 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<()> {
             "warn",
         ],
     )?;
-    converged.await.context("watch task")??;
+    let samples = converged.await.context("watch task")??;
     let controller_time = started.elapsed();
+    let controller_curve = since(started, samples);
     let converge_writes = cluster.writes() - writes_before;
+    let converge_requests = cluster.sim.requests().since(&requests_before).total();
 
     let writes_before = cluster.writes();
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -108,6 +128,11 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<()> {
         format!("floor {FLOOR_WRITES_PER_MACHINE}, plus one per class and one for the secret"),
     );
     report.row(
+        "API requests per machine to Running",
+        format!("{:.2}", converge_requests as f64 / machines.max(1) as f64),
+        format!("{converge_requests} in all, the bench's completion watch included"),
+    );
+    report.row(
         "writes in 3 s of steady state",
         steady_writes.to_string(),
         "target 0",
@@ -117,8 +142,24 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<()> {
         format!("{:.1} MiB", peak_rss as f64 / 1048576.0),
         "target < 128 MiB",
     );
-    println!("{report}");
-    Ok(())
+    report.convergence = vec![
+        Series {
+            label: "machineclass-controller".to_string(),
+            points: controller_curve,
+        },
+        Series {
+            label: "floor (bare client)".to_string(),
+            points: floor_curve,
+        },
+    ];
+    report.scaling.push(ScalePoint {
+        size: machines,
+        seconds: controller_time.as_secs_f64(),
+        floor_seconds: floor_time.as_secs_f64(),
+        requests: converge_requests,
+        peak_rss_mib: peak_rss as f64 / 1048576.0,
+    });
+    Ok(report)
 }
 
 fn class_name(i: usize) -> String {
@@ -228,18 +269,20 @@ async fn floor_writes(
     .await
 }
 
-/// Resolves once every class carries the finalizer and every machine is Running; the watches
-/// start now, so they see every change made after this call.
+/// Resolves once every class carries the finalizer and every machine is Running, with (when, how
+/// many Running) samples on the way; the watches start now, so they see every change made after
+/// this call.
 fn wait_for_convergence(
     cluster: &Cluster,
     classes: usize,
     machines: usize,
-) -> tokio::task::JoinHandle<Result<()>> {
+) -> tokio::task::JoinHandle<Result<Vec<(Instant, usize)>>> {
     let machine_api: Api<Machine> = Api::namespaced(cluster.client.clone(), NS);
     let class_api: Api<MachineClass> = Api::namespaced(cluster.client.clone(), NS);
     tokio::spawn(async move {
         let deadline = tokio::time::Instant::now() + TIMEOUT;
         let mut running: HashSet<String> = HashSet::new();
+        let mut samples = Samples::new(machines);
         let mut events = std::pin::pin!(
             watcher(machine_api, watcher::Config::default())
                 .default_backoff()
@@ -254,7 +297,9 @@ fn wait_for_convergence(
             };
             let name = machine.metadata.name.clone().unwrap_or_default();
             if machine.phase().map(|p| p.as_str()) == Some("Running") {
-                running.insert(name);
+                if running.insert(name) {
+                    samples.record(running.len());
+                }
             } else {
                 running.remove(&name);
             }
@@ -274,7 +319,7 @@ fn wait_for_convergence(
         if finalized < classes {
             bail!("only {finalized} of {classes} classes carry the finalizer");
         }
-        Ok(())
+        Ok(samples.points)
     })
 }
 

@@ -1,19 +1,27 @@
-//! `capstan-bench`: benchmarks run by `cargo xtask bench <target>` in release mode.
+//! `capstan-bench`: benchmarks run by `cargo xtask bench [target]` in release mode.
 //!
 //! Every figure that depends on the machine is reported as a ratio against a baseline measured in
 //! the same process on the same kube-sim (the "floor"), so results compare across machines and
-//! nothing here asserts a wall-clock time.
+//! nothing here asserts a wall-clock time. Every run prints one table, writes it as JSON (with the
+//! commit) under `--out-dir`, and an SVG per controller suite next to it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
 mod cluster;
 mod kube_sim;
 mod machineclass;
 mod nodeslo;
+mod plot;
 mod report;
+mod results;
 mod sidecars;
+mod table;
+
+use report::Report;
+use results::Results;
 
 #[derive(Parser)]
 #[command(
@@ -24,12 +32,20 @@ struct Cli {
     /// Folder holding the release binaries under test.
     #[arg(long, global = true, default_value = "target/release")]
     bin_dir: PathBuf,
+    /// Where the results (JSON) and pictures (SVG) are written.
+    #[arg(long, global = true, default_value = "target/bench")]
+    out_dir: PathBuf,
+    /// A previous results file: print the change per figure against this run.
+    #[arg(long, global = true)]
+    compare: Option<PathBuf>,
     #[command(subcommand)]
     target: Target,
 }
 
 #[derive(Subcommand)]
 enum Target {
+    /// Every suite with its default sizes (or tiny ones), in one table.
+    All(AllArgs),
     /// machineclass-controller: classes finalized and machines Running against a bare client, writes per machine, peak RSS.
     Machineclass(machineclass::Args),
     /// NodeSLO controller: convergence and config fan-out against a bare client, writes per node, peak RSS.
@@ -38,19 +54,143 @@ enum Target {
     KubeSim(kube_sim::Args),
     /// router-sidecar and gw-sidecar: requests/s and p50/p99 per method and stream count, as a ratio to an empty handler.
     Sidecars(sidecars::Args),
+    /// Print the change per figure between two results files, without running anything.
+    Compare { old: PathBuf, new: PathBuf },
 }
+
+#[derive(clap::Args)]
+struct AllArgs {
+    /// Tiny sizes and short cases: checks the harness end to end in seconds (CI); the figures
+    /// mean nothing.
+    #[arg(long)]
+    tiny: bool,
+}
+
+/// Each suite's arguments for `all`: defaults, or tiny sizes (two sizes per controller suite, so
+/// the scaling curve is drawn too).
+const TINY: [(&str, &[&str]); 4] = [
+    (
+        "kube-sim",
+        &[
+            "--objects",
+            "50",
+            "--watchers",
+            "2",
+            "--write-rate",
+            "100",
+            "--seconds",
+            "1",
+        ],
+    ),
+    ("nodeslo", &["--sizes", "10,20"]),
+    ("machineclass", &["--classes", "2", "--sizes", "6,12"]),
+    (
+        "sidecars",
+        &[
+            "--seconds",
+            "0.2",
+            "--concurrency",
+            "1,4",
+            "--backends",
+            "memory",
+        ],
+    ),
+];
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Target::Compare { old, new } = &cli.target {
+        print!(
+            "{}",
+            results::compare(&Results::read(old)?, &Results::read(new)?)
+        );
+        return Ok(());
+    }
+    // Read before running, so a wrong path fails in a second rather than after the run.
+    let old = cli.compare.as_deref().map(Results::read).transpose()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async {
-        match cli.target {
-            Target::Machineclass(args) => machineclass::run(&cli.bin_dir, &args).await,
-            Target::Nodeslo(args) => nodeslo::run(&cli.bin_dir, &args).await,
-            Target::Sidecars(args) => sidecars::run(&args).await,
-            Target::KubeSim(args) => kube_sim::run(&args).await,
+    let reports = runtime.block_on(run(&cli))?;
+    let commit = results::head_commit();
+    let short: String = commit.chars().take(12).collect();
+
+    let mut rows = Vec::new();
+    let mut pictures = Vec::new();
+    for (suite, mut report) in reports {
+        if !report.convergence.is_empty() {
+            std::fs::create_dir_all(&cli.out_dir)
+                .with_context(|| format!("creating {}", cli.out_dir.display()))?;
+            let path = cli.out_dir.join(format!("{suite}-{short}.svg"));
+            plot::write_svg(&report, &path)?;
+            pictures.push(path);
         }
-    })
+        report.prefix_figures(&format!("{suite}: "));
+        rows.append(&mut report.rows);
+    }
+    let name = match &cli.target {
+        Target::All(_) => "all",
+        Target::Machineclass(_) => "machineclass",
+        Target::Nodeslo(_) => "nodeslo",
+        Target::KubeSim(_) => "kube-sim",
+        Target::Sidecars(_) => "sidecars",
+        Target::Compare { .. } => unreachable!("handled above"),
+    };
+    let new = Results { commit, rows };
+    let mut table = String::new();
+    table::write(&mut table, &new.rows)?;
+    println!("\ncapstan-bench {name} at {short}\n{table}");
+    let json = new.write(&cli.out_dir, name)?;
+    println!("results: {}", json.display());
+    for picture in &pictures {
+        println!("picture: {}", picture.display());
+    }
+    if let Some(old) = old {
+        print!("{}", results::compare(&old, &new));
+    }
+    Ok(())
+}
+
+/// Runs the chosen suites, each announced on stderr, and returns their reports by suite name.
+async fn run(cli: &Cli) -> Result<Vec<(&'static str, Report)>> {
+    let bin_dir = cli.bin_dir.as_path();
+    let mut reports = Vec::new();
+    match &cli.target {
+        Target::All(all) => {
+            for (index, (suite, tiny)) in TINY.iter().enumerate() {
+                eprintln!("[{}/{}] {suite}", index + 1, TINY.len());
+                let argv: &[&str] = if all.tiny { tiny } else { &[] };
+                let report = run_suite(bin_dir, suite, argv)
+                    .await
+                    .with_context(|| format!("suite {suite}"))?;
+                reports.push((*suite, report));
+            }
+        }
+        Target::Machineclass(args) => {
+            reports.push(("machineclass", machineclass::run(bin_dir, args).await?))
+        }
+        Target::Nodeslo(args) => reports.push(("nodeslo", nodeslo::run(bin_dir, args).await?)),
+        Target::KubeSim(args) => reports.push(("kube-sim", kube_sim::run(args).await?)),
+        Target::Sidecars(args) => reports.push(("sidecars", sidecars::run(args).await?)),
+        Target::Compare { .. } => {}
+    }
+    Ok(reports)
+}
+
+async fn run_suite(bin_dir: &Path, suite: &str, argv: &[&str]) -> Result<Report> {
+    match suite {
+        "kube-sim" => kube_sim::run(&suite_args(argv)?).await,
+        "nodeslo" => nodeslo::run(bin_dir, &suite_args(argv)?).await,
+        "machineclass" => machineclass::run(bin_dir, &suite_args(argv)?).await,
+        "sidecars" => sidecars::run(&suite_args(argv)?).await,
+        other => anyhow::bail!("unknown suite {other}"),
+    }
+}
+
+/// A suite's arguments parsed from `argv` as its own subcommand would (so `all` uses the same
+/// defaults as `capstan-bench <suite>`).
+fn suite_args<T: clap::Args + clap::FromArgMatches>(argv: &[&str]) -> Result<T> {
+    let command = T::augment_args(clap::Command::new("suite").no_binary_name(true));
+    let matches = command.try_get_matches_from(argv)?;
+    Ok(T::from_arg_matches(&matches)?)
 }

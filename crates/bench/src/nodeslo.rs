@@ -20,13 +20,16 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
 use crate::cluster::{Cluster, Controller};
-use crate::report::Report;
+use crate::report::{Report, Samples, ScalePoint, Series, since};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Number of nodes.
     #[arg(long, default_value_t = 10_000)]
     nodes: usize,
+    /// Several node counts, comma-separated (e.g. `1000,10000,50000`): a scaling curve; overrides `--nodes`.
+    #[arg(long, value_delimiter = ',')]
+    sizes: Vec<usize>,
     /// Concurrent writes, the controller's `--workers` and the floor client's alike.
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
@@ -34,11 +37,22 @@ pub struct Args {
 
 const TIMEOUT: Duration = Duration::from_secs(600);
 
-pub async fn run(bin_dir: &Path, args: &Args) -> Result<()> {
+pub async fn run(bin_dir: &Path, args: &Args) -> Result<Report> {
+    let sizes = if args.sizes.is_empty() {
+        vec![args.nodes]
+    } else {
+        args.sizes.clone()
+    };
+    let mut reports = Vec::new();
+    for n in sizes {
+        reports.push((n, run_size(bin_dir, n, args.concurrency).await?));
+    }
+    Ok(Report::merge_sizes(reports, "nodes"))
+}
+
+async fn run_size(bin_dir: &Path, n: usize, c: usize) -> Result<Report> {
     let scratch = std::env::temp_dir().join(format!("capstan-bench-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
-    let n = args.nodes;
-    let c = args.concurrency;
     eprintln!("nodeslo bench: {n} nodes, concurrency {c}");
 
     // Floor: a bare client making the same writes (the specs the controller computes) with the
@@ -55,8 +69,9 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<()> {
         async move { slos.create(&PostParams::default(), &slo).await.map(drop) }
     })
     .await?;
-    created.flatten().await?;
+    let floor_samples = created.flatten().await?;
     let floor_create = started.elapsed();
+    let floor_curve = since(started, floor_samples);
     let updated = wait_for_percent(&floor, n, 42);
     let replace: json_patch::Patch =
         serde_json::from_value(json!([{"op": "add", "path": "/spec", "value": changed_spec}]))?;
@@ -118,8 +133,9 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<()> {
             "warn",
         ],
     )?;
-    converged.flatten().await?;
+    let samples = converged.flatten().await?;
     let controller_create = started.elapsed();
+    let controller_curve = since(started, samples);
     let create_writes = cluster.writes() - writes_before;
     let create_requests = cluster.sim.requests().since(&requests_before);
 
@@ -198,8 +214,24 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<()> {
         format!("{:.1} MiB", peak_rss as f64 / 1048576.0),
         "target < 64 MiB",
     );
-    println!("{report}");
-    Ok(())
+    report.convergence = vec![
+        Series {
+            label: "nodeslo-controller".to_string(),
+            points: controller_curve,
+        },
+        Series {
+            label: "floor (bare client)".to_string(),
+            points: floor_curve,
+        },
+    ];
+    report.scaling.push(ScalePoint {
+        size: n,
+        seconds: controller_create.as_secs_f64(),
+        floor_seconds: floor_create.as_secs_f64(),
+        requests: create_requests.total(),
+        peak_rss_mib: peak_rss as f64 / 1048576.0,
+    });
+    Ok(report)
 }
 
 /// The spec the controller writes for an unlabelled node, optionally with the cluster's
@@ -255,16 +287,18 @@ where
     Ok(())
 }
 
-/// Resolves once `n` NodeSLOs have `cpuSuppressThresholdPercent == percent`; the watch starts now,
-/// so it sees every change made after this call.
+/// Resolves once `n` NodeSLOs have `cpuSuppressThresholdPercent == percent`, with (when, how
+/// many) samples of the count on the way; the watch starts now, so it sees every change made
+/// after this call.
 fn wait_for_percent(
     cluster: &Cluster,
     n: usize,
     percent: i64,
-) -> tokio::task::JoinHandle<Result<()>> {
+) -> tokio::task::JoinHandle<Result<Vec<(Instant, usize)>>> {
     let api: Api<NodeSlo> = Api::all(cluster.client.clone());
     tokio::spawn(async move {
         let mut done: HashSet<String> = HashSet::new();
+        let mut samples = Samples::new(n);
         let mut events = std::pin::pin!(
             watcher(api, watcher::Config::default())
                 .default_backoff()
@@ -283,20 +317,20 @@ fn wait_for_percent(
                 .resource_used_threshold_with_be
                 .and_then(|t| t.cpu_suppress_threshold_percent);
             let name = slo.metadata.name.unwrap_or_default();
-            if value == Some(percent) {
-                done.insert(name);
+            if value == Some(percent) && done.insert(name) {
+                samples.record(done.len());
             }
         }
-        Ok(())
+        Ok(samples.points)
     })
 }
 
-trait Flatten {
-    async fn flatten(self) -> Result<()>;
+trait Flatten<T> {
+    async fn flatten(self) -> Result<T>;
 }
 
-impl Flatten for tokio::task::JoinHandle<Result<()>> {
-    async fn flatten(self) -> Result<()> {
+impl<T> Flatten<T> for tokio::task::JoinHandle<Result<T>> {
+    async fn flatten(self) -> Result<T> {
         self.await.context("watch task")?
     }
 }

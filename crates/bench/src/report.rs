@@ -1,50 +1,328 @@
-//! A benchmark report: named measurements and the ratios between them, printed as a table.
+//! A suite's results: rows of `{figure, value, unit, floor, ratio, target, met}` (the JSON and the
+//! one table are made of them), plus convergence samples and scaling points for the pictures.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// One figure. `floor` and `ratio` are set when the figure was compared with a floor measured in
+/// the same run; `met` when the target is numeric (`<= 1.3x`, `< 64`, `>= 0.5x`, `= 0`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    pub figure: String,
+    pub value: f64,
+    pub unit: String,
+    pub floor: Option<f64>,
+    pub ratio: Option<f64>,
+    pub target: Option<String>,
+    pub met: Option<bool>,
+    /// What the figure is compared with, or detail (free text; not compared).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub note: String,
+}
+
+/// Objects converged over time (seconds since the start) of one run.
+#[derive(Debug, Clone, Default)]
+pub struct Series {
+    pub label: String,
+    pub points: Vec<(f64, usize)>,
+}
+
+/// One size of a scaling run: what the picture's scaling curve plots.
+#[derive(Debug, Clone, Default)]
+pub struct ScalePoint {
+    pub size: usize,
+    pub seconds: f64,
+    pub floor_seconds: f64,
+    pub requests: u64,
+    pub peak_rss_mib: f64,
+}
 
 #[derive(Default)]
 pub struct Report {
-    title: String,
-    rows: Vec<(String, String, String)>,
+    pub title: String,
+    pub rows: Vec<Row>,
+    /// Convergence over time, controller and floor, of the largest size run.
+    pub convergence: Vec<Series>,
+    pub scaling: Vec<ScalePoint>,
+    /// Unit of the scaling sizes ("nodes", "machines"); empty when the suite has no picture.
+    pub size_unit: String,
 }
 
 impl Report {
     pub fn new(title: impl Into<String>) -> Self {
         Self {
             title: title.into(),
-            rows: Vec::new(),
+            ..Self::default()
         }
     }
 
-    /// A measurement, with a note (what it is compared with, or the target).
+    /// A measurement given as text (`"1.000"`, `"42.1 MiB"`, `"12.30ms"`), with a note (what it is
+    /// compared with, or the target). The leading number becomes the value, the rest the unit;
+    /// a note of the form `target <op> N ...` is checked against the value.
     pub fn row(
         &mut self,
         name: impl Into<String>,
         value: impl Into<String>,
         note: impl Into<String>,
     ) {
-        self.rows.push((name.into(), value.into(), note.into()));
+        let (value, unit) = split_value(&value.into());
+        let note = note.into();
+        let target = note
+            .strip_prefix("target ")
+            .and_then(Target::parse_leading)
+            .map(|t| t.with_default_op(Op::AtMost));
+        self.rows.push(Row {
+            figure: name.into(),
+            value,
+            unit,
+            floor: None,
+            ratio: None,
+            met: target.map(|t| t.met(value)),
+            target: target.map(|t| t.to_string()),
+            note,
+        });
     }
 
-    /// `subject / floor` of two durations measured in this run.
+    /// `subject / floor` of two durations measured in this run; `target` like `"<= 1.3x"` is
+    /// checked against the ratio, any other text is kept as said.
     pub fn ratio(&mut self, name: &str, subject: Duration, floor: Duration, target: &str) {
         let ratio = subject.as_secs_f64() / floor.as_secs_f64().max(f64::EPSILON);
-        self.row(
-            name,
-            format!("{ratio:.2}x"),
-            format!("{:.2?} vs floor {:.2?}; target {target}", subject, floor),
-        );
+        let parsed = Target::parse_leading(target);
+        self.rows.push(Row {
+            figure: name.to_string(),
+            value: subject.as_secs_f64(),
+            unit: "s".to_string(),
+            floor: Some(floor.as_secs_f64()),
+            ratio: Some(ratio),
+            target: Some(parsed.map_or_else(|| target.to_string(), |t| format!("{t}x"))),
+            met: parsed.map(|t| t.met(ratio)),
+            note: String::new(),
+        });
     }
+
+    /// Prefixes every figure (e.g. with the size, when a suite runs at several sizes).
+    pub fn prefix_figures(&mut self, prefix: &str) {
+        for row in &mut self.rows {
+            row.figure = format!("{prefix}{}", row.figure);
+        }
+    }
+}
+
+impl Report {
+    /// One report of a suite run at several sizes: the figures of each size prefixed with it
+    /// (unchanged when only one size ran), the scaling points in size order, and the
+    /// convergence curves of the largest size.
+    pub fn merge_sizes(mut reports: Vec<(usize, Report)>, size_unit: &str) -> Report {
+        reports.sort_by_key(|(size, _)| *size);
+        let several = reports.len() > 1;
+        let mut merged = Report {
+            size_unit: size_unit.to_string(),
+            ..Report::default()
+        };
+        for (size, mut report) in reports {
+            for point in report.scaling.clone() {
+                report.row(
+                    "API requests to converge",
+                    point.requests.to_string(),
+                    "every verb, the bench's completion watch included",
+                );
+            }
+            if several {
+                report.prefix_figures(&format!("{size} {size_unit}: "));
+            }
+            merged.title = report.title;
+            merged.rows.append(&mut report.rows);
+            merged.scaling.append(&mut report.scaling);
+            merged.convergence = report.convergence;
+        }
+        merged
+    }
+}
+
+/// Samples of a converged count while a completion watch runs: about 200 per curve, plus the last.
+pub struct Samples {
+    step: usize,
+    total: usize,
+    pub points: Vec<(Instant, usize)>,
+}
+
+impl Samples {
+    pub fn new(total: usize) -> Self {
+        Self {
+            step: (total / 200).max(1),
+            total,
+            points: Vec::new(),
+        }
+    }
+
+    pub fn record(&mut self, converged: usize) {
+        if converged.is_multiple_of(self.step) || converged >= self.total {
+            self.points.push((Instant::now(), converged));
+        }
+    }
+}
+
+/// Samples as seconds since `start`, beginning at (0, 0).
+pub fn since(start: Instant, samples: Vec<(Instant, usize)>) -> Vec<(f64, usize)> {
+    std::iter::once((0.0, 0))
+        .chain(
+            samples
+                .into_iter()
+                .map(|(at, n)| (at.saturating_duration_since(start).as_secs_f64(), n)),
+        )
+        .collect()
 }
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "\n{}", self.title)?;
-        let width = self.rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
-        for (name, value, note) in &self.rows {
-            writeln!(f, "  {name:<width$}  {value:>10}  {note}")?;
+        crate::table::write(f, &self.rows)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Op {
+    AtMost,
+    Below,
+    AtLeast,
+    Above,
+    Equal,
+}
+
+/// A numeric target such as `<= 1.3` or `< 64`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Target {
+    op: Option<Op>,
+    bound: f64,
+}
+
+impl Target {
+    /// `"<= 1.3x ..."`, `"< 64 MiB"`, `"0"`: the operator (if any) and the number at the start.
+    fn parse_leading(text: &str) -> Option<Self> {
+        let text = text.trim_start();
+        let (op, rest) = [
+            ("<=", Op::AtMost),
+            (">=", Op::AtLeast),
+            ("<", Op::Below),
+            (">", Op::Above),
+            ("=", Op::Equal),
+        ]
+        .iter()
+        .find_map(|(s, op)| text.strip_prefix(s).map(|rest| (Some(*op), rest)))
+        .unwrap_or((None, text));
+        let (bound, _) = leading_number(rest.trim_start())?;
+        Some(Self { op, bound })
+    }
+
+    fn with_default_op(self, op: Op) -> Self {
+        Self {
+            op: self.op.or(Some(op)),
+            ..self
         }
-        Ok(())
+    }
+
+    fn met(self, value: f64) -> bool {
+        // Values printed to 3 decimals are compared as printed.
+        let value = (value * 1000.0).round() / 1000.0;
+        match self.op.unwrap_or(Op::AtMost) {
+            Op::AtMost => value <= self.bound,
+            Op::Below => value < self.bound,
+            Op::AtLeast => value >= self.bound,
+            Op::Above => value > self.bound,
+            Op::Equal => value == self.bound,
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let op = match self.op.unwrap_or(Op::AtMost) {
+            Op::AtMost => "<=",
+            Op::Below => "<",
+            Op::AtLeast => ">=",
+            Op::Above => ">",
+            Op::Equal => "=",
+        };
+        write!(f, "{op} {}", self.bound)
+    }
+}
+
+/// The number at the start of `text` and the byte length it took.
+fn leading_number(text: &str) -> Option<(f64, usize)> {
+    let end = text
+        .char_indices()
+        .find(|(i, c)| !(c.is_ascii_digit() || *c == '.' || (*i == 0 && *c == '-')))
+        .map_or(text.len(), |(i, _)| i);
+    text[..end].parse().ok().map(|n| (n, end))
+}
+
+/// `"42.1 MiB"` -> `(42.1, "MiB")`; a duration printed by `{:?}` (`"12.30ms"`) -> seconds.
+fn split_value(text: &str) -> (f64, String) {
+    let Some((number, len)) = leading_number(text.trim()) else {
+        return (f64::NAN, text.to_string());
+    };
+    let unit = text.trim()[len..].trim().to_string();
+    let scale = match unit.as_str() {
+        "ns" => Some(1e-9),
+        "µs" | "us" => Some(1e-6),
+        "ms" => Some(1e-3),
+        _ => None,
+    };
+    match scale {
+        Some(scale) => (number * scale, "s".to_string()),
+        None => (number, unit),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ratio_row_is_checked_against_its_target() {
+        let mut report = Report::new("t");
+        report.ratio(
+            "converge",
+            Duration::from_millis(1300),
+            Duration::from_secs(1),
+            "<= 1.3x",
+        );
+        report.ratio(
+            "fan-out",
+            Duration::from_millis(1400),
+            Duration::from_secs(1),
+            "<= 1.3x",
+        );
+        report.ratio(
+            "list",
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            "as low as possible",
+        );
+        let met: Vec<_> = report.rows.iter().map(|r| r.met).collect();
+        assert_eq!(met, [Some(true), Some(false), None]);
+        assert_eq!(report.rows[0].target.as_deref(), Some("<= 1.3x"));
+        assert_eq!(report.rows[0].floor, Some(1.0));
+        assert_eq!(report.rows[2].target.as_deref(), Some("as low as possible"));
+    }
+
+    #[test]
+    fn text_rows_become_value_and_unit_and_targets_in_notes_are_checked() {
+        let mut report = Report::new("t");
+        report.row("rss", "70.5 MiB", "target < 64 MiB");
+        report.row("writes", "1.000", "target 1 (reads: list+watch only)");
+        report.row("list", "206.00ms", "target well under 1 s");
+        report.row("steady", "2", "target 0");
+        let rows = &report.rows;
+        assert_eq!((rows[0].value, rows[0].unit.as_str()), (70.5, "MiB"));
+        assert_eq!(rows[0].target.as_deref(), Some("< 64"));
+        assert_eq!(rows[0].met, Some(false));
+        assert_eq!(rows[1].met, Some(true));
+        assert!((rows[2].value - 0.206).abs() < 1e-9);
+        assert_eq!(rows[2].unit, "s");
+        assert_eq!(rows[2].met, None);
+        assert_eq!(rows[3].met, Some(false));
     }
 }

@@ -1,0 +1,161 @@
+//! The benchmark harness end to end at tiny sizes (CI), so it cannot rot: every suite runs, the
+//! JSON results and the SVG pictures are written and parse, and `compare` prints the change per
+//! figure between two result files. No timing is asserted: tiny figures mean nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BENCH: &str = env!("CARGO_BIN_EXE_capstan-bench");
+
+/// The controller binaries the suites spawn live next to the harness (target/debug); build them
+/// if this test runs before anything else built them.
+fn bin_dir() -> PathBuf {
+    let dir = Path::new(BENCH)
+        .parent()
+        .expect("binary folder")
+        .to_path_buf();
+    let needed = ["nodeslo-controller", "machineclass-controller"];
+    if needed.iter().any(|bin| !dir.join(bin).exists()) {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--bin", needed[0], "--bin", needed[1]])
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+            .status()
+            .expect("running cargo build");
+        assert!(status.success(), "cargo build of the controllers: {status}");
+    }
+    dir
+}
+
+fn files_with_extension(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("out dir")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == ext))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_suite_runs_at_tiny_sizes_and_writes_json_and_svg_that_compare_reads() {
+    let out = tempfile::tempdir().expect("temp dir");
+    let run = Command::new(BENCH)
+        .arg("--bin-dir")
+        .arg(bin_dir())
+        .arg("--out-dir")
+        .arg(out.path())
+        .args(["all", "--tiny"])
+        .output()
+        .expect("running capstan-bench");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stdout}\n{stderr}");
+
+    // One table with the columns, a progress line per suite.
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["figure", "value", "floor", "ratio", "target", "met"]),
+        "{stdout}"
+    );
+    for (index, suite) in ["kube-sim", "nodeslo", "machineclass", "sidecars"]
+        .iter()
+        .enumerate()
+    {
+        assert!(
+            stderr.contains(&format!("[{}/4] {suite}", index + 1)),
+            "{stderr}"
+        );
+        assert!(
+            stdout.contains(&format!("\n  {suite}: ")),
+            "{suite}: {stdout}"
+        );
+    }
+
+    // The JSON: {commit, rows: [{figure, value, unit, floor, ratio, target, met}]}.
+    let json = files_with_extension(out.path(), "json");
+    assert_eq!(json.len(), 1, "{json:?}");
+    assert!(stdout.contains(&format!("results: {}", json[0].display())));
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json[0]).expect("read json")).expect("json");
+    let commit = results["commit"].as_str().expect("commit");
+    assert!(
+        commit.len() == 40 && commit.chars().all(|c| c.is_ascii_hexdigit()),
+        "{commit}"
+    );
+    let rows = results["rows"].as_array().expect("rows");
+    for row in rows {
+        for key in ["figure", "value", "unit", "floor", "ratio", "target", "met"] {
+            assert!(row.get(key).is_some(), "{key} missing in {row}");
+        }
+    }
+    let figure = |name: &str| {
+        rows.iter()
+            .find(|r| r["figure"] == name)
+            .unwrap_or_else(|| panic!("no figure {name} in {rows:?}"))
+    };
+    let converge = figure("nodeslo: 20 nodes: converge (create all NodeSLOs)");
+    assert!(converge["floor"].as_f64().expect("floor") > 0.0);
+    assert_eq!(converge["target"], "<= 1.3x");
+    assert!(converge["met"].is_boolean());
+    figure("nodeslo: 10 nodes: controller peak RSS");
+    figure("machineclass: 12 machines: converge (finalizers, all machines Running)");
+    figure("sidecars: memory GetStatus x4 req/s");
+
+    // An SVG per controller suite, named in the output, that parses as XML with drawn lines.
+    let svgs = files_with_extension(out.path(), "svg");
+    assert_eq!(svgs.len(), 2, "{svgs:?}");
+    for svg in &svgs {
+        assert!(stdout.contains(&format!("picture: {}", svg.display())));
+        let text = std::fs::read_to_string(svg).expect("read svg");
+        let doc = roxmltree::Document::parse(&text).expect("svg is XML");
+        assert_eq!(doc.root_element().tag_name().name(), "svg");
+        assert!(
+            doc.descendants()
+                .filter(|n| n.tag_name().name() == "polyline")
+                .count()
+                >= 4,
+            "convergence and scaling lines in {}",
+            svg.display()
+        );
+        assert!(text.contains("floor (bare client)"), "{}", svg.display());
+    }
+
+    // compare: an older file where the converge took twice as long.
+    let mut old = results.clone();
+    old["commit"] = "0".repeat(40).into();
+    for row in old["rows"].as_array_mut().expect("rows") {
+        if row["figure"] == "nodeslo: 20 nodes: converge (create all NodeSLOs)" {
+            row["ratio"] = (row["ratio"].as_f64().expect("ratio") * 2.0).into();
+        }
+    }
+    old["rows"].as_array_mut().expect("rows").push(
+        serde_json::json!({"figure": "retired figure", "value": 1.0, "unit": "",
+            "floor": null, "ratio": null, "target": null, "met": null}),
+    );
+    let old_path = out.path().join("old.json");
+    std::fs::write(&old_path, serde_json::to_vec(&old).expect("json")).expect("write old");
+    let compared = Command::new(BENCH)
+        .arg("compare")
+        .arg(&old_path)
+        .arg(&json[0])
+        .output()
+        .expect("running capstan-bench compare");
+    let text = String::from_utf8_lossy(&compared.stdout);
+    assert!(compared.status.success(), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("nodeslo: 20 nodes: converge"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("-50.0%"), "{line}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("retired figure") && l.ends_with("gone")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("000000000000 -> {}", &commit[..12])),
+        "{text}"
+    );
+}
