@@ -27,11 +27,18 @@ struct Args {
     #[arg(long, env = "NAMESPACE", default_value = "default")]
     namespace: String,
     /// Seconds until a new VM's Node turns Ready.
-    #[arg(long, env = "SIM_READY_DELAY", default_value_t = 2.0)]
-    ready_delay_seconds: f64,
+    #[arg(long, env = "SIM_READY_DELAY", default_value = "2", value_parser = parse_ready_delay)]
+    ready_delay_seconds: Duration,
     /// Log filter.
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     log_level: String,
+}
+
+/// Seconds in `0..=MAX_READY_DELAY`, refused (not a panic) otherwise.
+fn parse_ready_delay(text: &str) -> Result<Duration, String> {
+    let max = machine_driver::simulate::MAX_READY_DELAY;
+    machine_driver::simulate::seconds_in_range(text.parse().ok(), max)
+        .ok_or_else(|| format!("expected seconds between 0 and {}", max.as_secs()))
 }
 
 #[tokio::main]
@@ -58,7 +65,7 @@ async fn main() -> anyhow::Result<()> {
         client,
         SimConfig {
             namespace: args.namespace,
-            ready_delay: Duration::from_secs_f64(args.ready_delay_seconds.max(0.0)),
+            ready_delay: args.ready_delay_seconds,
         },
     ));
     let resumed = driver.resume().await.context("resume VMs")?;
