@@ -93,6 +93,8 @@ pub struct NodeSloController {
     /// Invalid bandwidth annotations already reported, so a value gets one Event, not one per reconcile.
     reported_bandwidth: Mutex<HashMap<String, String>>,
     synced: watch::Sender<bool>,
+    /// The key texts in force, kept across restarts (issue 15).
+    last_good: crate::last_good::LastGoodStore,
 }
 
 impl NodeSloController {
@@ -107,6 +109,12 @@ impl NodeSloController {
             controller: settings.manager.clone(),
             instance: std::env::var("POD_NAME").ok(),
         };
+        let last_good = crate::last_good::LastGoodStore::new(
+            client.clone(),
+            &settings.config_namespace,
+            &settings.config_name,
+            &settings.manager,
+        );
         Arc::new(Self {
             recorder: Recorder::new(client.clone(), reporter),
             client,
@@ -120,6 +128,7 @@ impl NodeSloController {
             controller_metrics,
             reported_bandwidth: Mutex::default(),
             synced: watch::Sender::new(false),
+            last_good,
         })
     }
 
@@ -250,6 +259,9 @@ impl NodeSloController {
         let config = watcher::Config::default()
             .fields(&format!("metadata.name={}", self.settings.config_name));
         let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+        // The last good values of the previous run are what a bad key keeps.
+        let stored = self.last_good.load().await;
+        write_lock(&self.config).current = Arc::new(nodeslo_core::last_good::restore(&stored));
         // During a re-list the ConfigMap is only known to be absent once the list is complete.
         let mut listed: Option<ConfigMap> = None;
         while let Some(event) = events.next().await {
@@ -286,6 +298,9 @@ impl NodeSloController {
             self.report_config_problems(cm.as_ref(), &outcome.problems)
                 .await;
         }
+        self.last_good
+            .save(cm.as_ref().and_then(|c| c.data.as_ref()), &outcome.problems)
+            .await;
         let changed = {
             let mut state = write_lock(&self.config);
             state.reported_version = Some(version);

@@ -14,6 +14,7 @@ use capstan_runtime::telemetry;
 use prometheus_client::registry::Registry;
 
 pub mod controller;
+pub mod last_good;
 pub mod metrics;
 pub mod projection;
 
