@@ -151,7 +151,9 @@ pub fn parse_go(input: &str) -> Result<Duration, DurationParseError> {
             if frac_scale == 0 {
                 break;
             }
-            value += u128::from(digit - b'0') * frac_scale;
+            value = value
+                .checked_add(u128::from(digit - b'0') * frac_scale)
+                .ok_or_else(overflow)?;
         }
         total = total
             .checked_add(value)

@@ -16,7 +16,9 @@ use capstan_apis::machine::{Code, Machine, MachineClass};
 use k8s_openapi::api::core::v1::{NodeAddress, PersistentVolumeSpec};
 
 pub mod grpc;
+pub mod retry;
 pub mod sim;
+pub mod simulate;
 
 /// A driver call's error: an MCM code and a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

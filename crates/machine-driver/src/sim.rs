@@ -7,7 +7,8 @@
 //! `{"simulate": {"createError": "ResourceExhausted", "deleteError": "...", "getError": "...",
 //! "initializeError": "...", "readyDelaySeconds": 3, "neverReady": true}}`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use capstan_apis::machine::{Code, NODE_LABEL_MACHINE_NAME};
@@ -16,9 +17,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use serde::Deserialize;
 use serde_json::json;
 
+use crate::retry::{RetryPolicy, with_retries};
+use crate::simulate::{MAX_READY_DELAY, Simulate};
 use crate::{
     Driver, DriverError, DriverFuture, ListMachinesRequest, MachineInfo, MachineRequest,
     MachineStatusInfo,
@@ -40,39 +42,23 @@ pub struct SimConfig {
     pub ready_delay: Duration,
 }
 
-/// `providerSpec.simulate`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-struct Simulate {
-    create_error: Option<String>,
-    delete_error: Option<String>,
-    get_error: Option<String>,
-    initialize_error: Option<String>,
-    ready_delay_seconds: Option<f64>,
-    never_ready: bool,
+/// The class's checked `providerSpec.simulate`; a bad block fails the call as `InvalidArgument`
+/// naming the field (never a panic, and never silently ignored).
+fn simulate_of(request: &MachineRequest) -> Result<Simulate, DriverError> {
+    Simulate::from_provider_spec(&request.class.spec.provider_spec)
+        .map_err(|e| DriverError::new(Code::InvalidArgument, e.to_string()))
 }
 
-impl Simulate {
-    fn of(request: &MachineRequest) -> Self {
-        request
-            .class
-            .spec
-            .provider_spec
-            .get("simulate")
-            .and_then(|v| serde_json::from_value(v.clone()).ok())
-            .unwrap_or_default()
-    }
-
-    fn injected(code: Option<&String>, call: &str) -> Result<(), DriverError> {
-        match code {
-            None => Ok(()),
-            Some(name) => {
-                let code = name.parse::<Code>().unwrap_or(Code::Internal);
-                Err(DriverError::new(
-                    code,
-                    format!("simulated {code} error in {call}"),
-                ))
-            }
+/// An injected error for `call` when the class asks for one.
+fn injected(code: Option<&String>, call: &str) -> Result<(), DriverError> {
+    match code {
+        None => Ok(()),
+        Some(name) => {
+            let code = name.parse::<Code>().unwrap_or(Code::Internal);
+            Err(DriverError::new(
+                code,
+                format!("simulated {code} error in {call}"),
+            ))
         }
     }
 }
@@ -82,6 +68,8 @@ impl Simulate {
 pub struct SimDriver {
     client: Client,
     config: SimConfig,
+    /// Nodes with a running "turn Ready" task, so a re-driven create does not start a second one.
+    turning_ready: Arc<Mutex<HashSet<String>>>,
 }
 
 fn kube_err(call: &str, err: kube::Error) -> DriverError {
@@ -120,7 +108,11 @@ fn addresses(node_name: &str) -> Vec<NodeAddress> {
 
 impl SimDriver {
     pub fn new(client: Client, config: SimConfig) -> Self {
-        Self { client, config }
+        Self {
+            client,
+            config,
+            turning_ready: Arc::new(Mutex::new(HashSet::new())),
+        }
     }
 
     fn vms(&self) -> Api<ConfigMap> {
@@ -137,9 +129,8 @@ impl SimDriver {
 
     /// Schedules Ready for every recorded VM whose Node is not Ready yet (after a restart).
     pub async fn resume(&self) -> Result<usize, DriverError> {
-        let list = self
-            .vms()
-            .list(&ListParams::default().labels(VM_LABEL))
+        let (vms, params) = (self.vms(), ListParams::default().labels(VM_LABEL));
+        let list = with_retries(RetryPolicy::STEP, "list VMs", || vms.list(&params))
             .await
             .map_err(|e| kube_err("list VMs", e))?;
         let mut scheduled = 0;
@@ -155,43 +146,60 @@ impl SimDriver {
             let wait = due
                 .map(|due| due.duration_since(Timestamp::now()))
                 .and_then(|d| Duration::try_from(d).ok())
-                .unwrap_or_default();
+                .unwrap_or_default()
+                .min(MAX_READY_DELAY);
             self.schedule_ready(node.clone(), wait);
             scheduled += 1;
         }
         Ok(scheduled)
     }
 
+    /// Turns the Node Ready after `after`, retrying until it is Ready or gone (one task per Node).
     fn schedule_ready(&self, node_name: String, after: Duration) {
+        let fresh = self
+            .turning_ready
+            .lock()
+            .is_ok_and(|mut set| set.insert(node_name.clone()));
+        if !fresh {
+            return;
+        }
         let nodes = self.nodes();
+        let turning_ready = Arc::clone(&self.turning_ready);
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
-            let Ok(Some(node)) = nodes.get_opt(&node_name).await else {
-                return;
-            };
-            let already = node
-                .status
-                .and_then(|s| s.conditions)
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            if already {
-                return;
+            let outcome = with_retries(RetryPolicy::BACKGROUND, "turn node Ready", || async {
+                let Some(node) = nodes.get_opt(&node_name).await? else {
+                    return Ok(false);
+                };
+                if is_ready(&node) {
+                    return Ok(true);
+                }
+                nodes
+                    .patch_status(
+                        &node_name,
+                        &PatchParams::default(),
+                        &Patch::Merge(node_status("True")),
+                    )
+                    .await
+                    .map(|_| true)
+            })
+            .await;
+            match outcome {
+                Ok(true) => tracing::debug!(node = %node_name, "simulated node is Ready"),
+                Ok(false) => tracing::debug!(node = %node_name, "simulated node is gone"),
+                Err(err) => {
+                    tracing::warn!(node = %node_name, %err, "simulated node could not turn Ready");
+                }
             }
-            if let Err(err) = nodes
-                .patch_status(
-                    &node_name,
-                    &PatchParams::default(),
-                    &Patch::Merge(node_status("True")),
-                )
-                .await
-            {
-                tracing::warn!(node = %node_name, %err, "simulated node could not turn Ready");
+            if let Ok(mut set) = turning_ready.lock() {
+                set.remove(&node_name);
             }
         });
     }
 
     async fn create(&self, request: &MachineRequest) -> Result<MachineInfo, DriverError> {
-        let sim = Simulate::of(request);
-        Simulate::injected(sim.create_error.as_ref(), "CreateMachine")?;
+        let sim = simulate_of(request)?;
+        injected(sim.create_error.as_ref(), "CreateMachine")?;
         let machine = request
             .machine
             .metadata
@@ -201,14 +209,11 @@ impl SimDriver {
         let class = request.class.metadata.name.clone().unwrap_or_default();
         let provider_id = self.provider_id(&machine);
         let node_name = machine.clone();
-        let delay = sim
-            .ready_delay_seconds
-            .map_or(self.config.ready_delay, |s| {
-                Duration::from_secs_f64(s.max(0.0))
-            });
-        let ready_at = Timestamp::now()
-            .checked_add(k8s_openapi::jiff::SignedDuration::try_from(delay).unwrap_or_default())
-            .unwrap_or_else(|_| Timestamp::now());
+        let delay = sim.ready_delay.unwrap_or(self.config.ready_delay);
+        let ready_at = k8s_openapi::jiff::SignedDuration::try_from(delay)
+            .ok()
+            .and_then(|d| Timestamp::now().checked_add(d).ok())
+            .unwrap_or_else(Timestamp::now);
         let vm = ConfigMap {
             metadata: ObjectMeta {
                 name: Some(vm_name(&machine)),
@@ -230,7 +235,8 @@ impl SimDriver {
             ])),
             ..ConfigMap::default()
         };
-        match self.vms().create(&PostParams::default(), &vm).await {
+        let (vms, nodes, post) = (self.vms(), self.nodes(), PostParams::default());
+        match with_retries(RetryPolicy::STEP, "record VM", || vms.create(&post, &vm)).await {
             Ok(_) => {}
             Err(e) if is_status(&e, 409) => {}
             Err(e) => return Err(kube_err("record VM", e)),
@@ -254,16 +260,26 @@ impl SimDriver {
             }),
             status: None,
         };
-        match self.nodes().create(&PostParams::default(), &node).await {
+        // The VM is recorded but not "created" until its Node is registered: a failure here
+        // fails the call, and `GetMachineStatus` reports NotFound, so the next reconcile calls
+        // CreateMachine again (every step is idempotent).
+        match with_retries(RetryPolicy::STEP, "register node", || {
+            nodes.create(&post, &node)
+        })
+        .await
+        {
             Ok(_) => {
-                self.nodes()
-                    .patch_status(
-                        &node_name,
-                        &PatchParams::default(),
-                        &Patch::Merge(node_status("False")),
-                    )
-                    .await
-                    .map_err(|e| kube_err("register node status", e))?;
+                let (params, not_ready) =
+                    (PatchParams::default(), Patch::Merge(node_status("False")));
+                let registered = with_retries(RetryPolicy::STEP, "register node status", || {
+                    nodes.patch_status(&node_name, &params, &not_ready)
+                })
+                .await;
+                if let Err(err) = registered {
+                    // Not fatal: a Node without conditions is not healthy either, and the Ready
+                    // task below writes the conditions.
+                    tracing::warn!(node = %node_name, %err, "could not write the NotReady status of a new node");
+                }
             }
             // The Node exists already (a retried create, or a Node of another machine: the
             // controller checks ownership).
@@ -282,18 +298,24 @@ impl SimDriver {
     }
 
     async fn status(&self, request: &MachineRequest) -> Result<MachineStatusInfo, DriverError> {
-        Simulate::injected(Simulate::of(request).get_error.as_ref(), "GetMachineStatus")?;
+        injected(simulate_of(request)?.get_error.as_ref(), "GetMachineStatus")?;
         let machine = request.machine.metadata.name.as_deref().unwrap_or_default();
-        let vm = self
-            .vms()
-            .get_opt(&vm_name(machine))
+        let not_found =
+            |why: &str| DriverError::new(Code::NotFound, format!("machine {machine} {why}"));
+        let (vms, nodes, vm_name) = (self.vms(), self.nodes(), vm_name(machine));
+        let vm = with_retries(RetryPolicy::STEP, "get VM", || vms.get_opt(&vm_name))
             .await
             .map_err(|e| kube_err("get VM", e))?
-            .ok_or_else(|| {
-                DriverError::new(Code::NotFound, format!("machine {machine} not found"))
-            })?;
+            .ok_or_else(|| not_found("not found"))?;
         let data = vm.data.unwrap_or_default();
         let node_name = data.get("nodeName").cloned().unwrap_or_default();
+        // A VM whose Node never got registered is not created yet.
+        let node = with_retries(RetryPolicy::STEP, "get node", || nodes.get_opt(&node_name))
+            .await
+            .map_err(|e| kube_err("get node", e))?;
+        if node_name.is_empty() || node.is_none() {
+            return Err(not_found("has no registered node yet"));
+        }
         Ok(MachineStatusInfo {
             provider_id: data.get("providerID").cloned().unwrap_or_default(),
             addresses: addresses(&node_name),
@@ -302,12 +324,16 @@ impl SimDriver {
     }
 
     async fn delete(&self, request: &MachineRequest) -> Result<String, DriverError> {
-        Simulate::injected(Simulate::of(request).delete_error.as_ref(), "DeleteMachine")?;
+        // A bad simulate block must not keep a Machine from being deleted: only a well-formed
+        // deleteError is honoured here.
+        let delete_error = simulate_of(request).ok().and_then(|s| s.delete_error);
+        injected(delete_error.as_ref(), "DeleteMachine")?;
         let machine = request.machine.metadata.name.as_deref().unwrap_or_default();
-        match self
-            .vms()
-            .delete(&vm_name(machine), &DeleteParams::default())
-            .await
+        let (vms, vm_name, params) = (self.vms(), vm_name(machine), DeleteParams::default());
+        match with_retries(RetryPolicy::STEP, "delete VM", || {
+            vms.delete(&vm_name, &params)
+        })
+        .await
         {
             Ok(_) => Ok(String::new()),
             Err(e) if is_status(&e, 404) => Err(DriverError::new(
@@ -323,9 +349,9 @@ impl SimDriver {
         request: &ListMachinesRequest,
     ) -> Result<BTreeMap<String, String>, DriverError> {
         let class = request.class.metadata.name.as_deref().unwrap_or_default();
-        let list = self
-            .vms()
-            .list(&ListParams::default().labels(&format!("{VM_LABEL},{CLASS_LABEL}={class}")))
+        let selector = format!("{VM_LABEL},{CLASS_LABEL}={class}");
+        let (vms, params) = (self.vms(), ListParams::default().labels(&selector));
+        let list = with_retries(RetryPolicy::STEP, "list VMs", || vms.list(&params))
             .await
             .map_err(|e| kube_err("list VMs", e))?;
         Ok(list
@@ -339,6 +365,13 @@ impl SimDriver {
             })
             .collect())
     }
+}
+
+fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 fn node_status(ready: &str) -> serde_json::Value {
@@ -374,8 +407,8 @@ impl Driver for SimDriver {
         request: &'a MachineRequest,
     ) -> DriverFuture<'a, MachineInfo> {
         Box::pin(async move {
-            Simulate::injected(
-                Simulate::of(request).initialize_error.as_ref(),
+            injected(
+                simulate_of(request)?.initialize_error.as_ref(),
                 "InitializeMachine",
             )?;
             Err(DriverError::new(
@@ -436,18 +469,18 @@ mod tests {
 
     #[test]
     fn injected_errors_use_the_named_code() {
-        let err = Simulate::injected(Some(&"ResourceExhausted".to_owned()), "CreateMachine")
-            .expect_err("injected");
+        let err =
+            injected(Some(&"ResourceExhausted".to_owned()), "CreateMachine").expect_err("injected");
         assert_eq!(err.code, Code::ResourceExhausted);
         assert!(err.message.contains("CreateMachine"));
         // An unknown name still fails, as Internal.
         assert_eq!(
-            Simulate::injected(Some(&"Nope".to_owned()), "x")
+            injected(Some(&"Nope".to_owned()), "x")
                 .expect_err("injected")
                 .code,
             Code::Internal
         );
-        assert_eq!(Simulate::injected(None, "x"), Ok(()));
+        assert_eq!(injected(None, "x"), Ok(()));
     }
 
     #[test]

@@ -82,10 +82,14 @@ pub fn creation_failure(
     }
 }
 
-/// Time from `since` to `now`, zero if `now` is earlier.
+/// Time from `since` to `now`, zero if `now` is earlier; saturates past `u64` nanoseconds (a
+/// timestamp centuries off must not look like no time at all).
 pub fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
     let nanos = now.as_nanosecond().saturating_sub(since.as_nanosecond());
-    u64::try_from(nanos).map_or(Duration::ZERO, Duration::from_nanos)
+    if nanos <= 0 {
+        return Duration::ZERO;
+    }
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

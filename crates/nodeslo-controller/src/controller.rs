@@ -62,6 +62,8 @@ pub struct NodeSloController {
     /// Invalid bandwidth annotations already reported, so a value gets one Event, not one per reconcile.
     pub(crate) reported_bandwidth: Mutex<HashMap<String, String>>,
     pub(crate) synced: watch::Sender<bool>,
+    /// The key texts in force, kept across restarts in a ConfigMap of our own.
+    pub(crate) last_good: crate::last_good::LastGoodStore,
 }
 
 impl NodeSloController {
@@ -76,6 +78,12 @@ impl NodeSloController {
             conflict: settings.conflict_retry,
             backoff,
         };
+        let last_good = crate::last_good::LastGoodStore::new(
+            client.clone(),
+            &settings.config_namespace,
+            &settings.config_name,
+            &settings.manager,
+        );
         Arc::new(Self {
             events: EventPublisher::new(client.clone(), &settings.manager),
             client,
@@ -88,6 +96,7 @@ impl NodeSloController {
             metrics,
             reported_bandwidth: Mutex::default(),
             synced: watch::Sender::new(false),
+            last_good,
         })
     }
 

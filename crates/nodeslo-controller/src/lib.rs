@@ -12,6 +12,7 @@ use capstan_runtime::metrics::ControllerMetrics;
 pub mod cli;
 pub mod controller;
 pub mod events;
+pub mod last_good;
 pub mod metrics;
 pub mod projection;
 pub mod reconcile;

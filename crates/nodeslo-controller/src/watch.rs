@@ -70,6 +70,9 @@ impl NodeSloController {
         let config = watcher::Config::default()
             .fields(&format!("metadata.name={}", self.settings.config_name));
         let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+        // The last good values of the previous run are what a bad key keeps.
+        let stored = self.last_good.load().await;
+        write(&self.config).current = Arc::new(nodeslo_core::last_good::restore(&stored));
         // During a re-list the ConfigMap is only known to be absent once the list is complete.
         let mut listed: Option<ConfigMap> = None;
         while let Some(event) = events.next().await {
@@ -106,6 +109,9 @@ impl NodeSloController {
             self.report_config_problems(cm.as_ref(), &outcome.problems)
                 .await;
         }
+        self.last_good
+            .save(cm.as_ref().and_then(|c| c.data.as_ref()), &outcome.problems)
+            .await;
         let changed = {
             let mut state = write(&self.config);
             state.reported_version = Some(version);

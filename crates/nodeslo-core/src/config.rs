@@ -13,6 +13,7 @@ use thiserror::Error;
 
 use capstan_apis::slo;
 
+use crate::bounds::check_bounds;
 use crate::merge::{deep_merge, strip_nulls};
 use crate::selector::{Selector, SelectorError};
 
@@ -341,7 +342,8 @@ fn parse_strategy(
 }
 
 /// A merged strategy must deserialize into the NodeSLO type its key feeds, as the reference
-/// unmarshals into Go structs: a string where a number belongs makes the whole key invalid.
+/// unmarshals into Go structs: a string where a number belongs makes the whole key invalid. Its
+/// numbers must be within the CRD's bounds and its quantities must parse.
 fn check_shape(key: ConfigKey, value: &Value) -> Result<(), String> {
     fn check<T: serde::de::DeserializeOwned>(value: &Value) -> Result<(), String> {
         T::deserialize(value).map(drop).map_err(|e| e.to_string())
@@ -352,7 +354,9 @@ fn check_shape(key: ConfigKey, value: &Value) -> Result<(), String> {
         ConfigKey::CpuBurst => check::<slo::CpuBurstStrategy>(value),
         ConfigKey::System => check::<slo::SystemStrategy>(value),
         ConfigKey::HostApplication => check::<Vec<slo::HostApplicationSpec>>(value),
-    }
+    }?;
+    // Bounds and quantities too, so a bad value is refused here, not by the API server per node.
+    check_bounds(key.spec_field(), value)
 }
 
 fn parse_host_applications(text: &str) -> Result<(HostApplications, Vec<ConfigProblem>), String> {

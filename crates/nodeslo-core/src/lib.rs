@@ -6,12 +6,16 @@
 //! - [`merge`]: deep merge of JSON strategies (absent or null keeps the base, arrays are replaced).
 //! - [`selector`]: Kubernetes `LabelSelector` validation and matching.
 //! - [`quantity`]: validation of Kubernetes quantities (the bandwidth annotation).
+//! - [`bounds`]: the CRD's numeric bounds and quantity syntax, checked at config time.
 //! - [`config`]: the five ConfigMap keys, their defaults, and the per-key "last good" rule.
+//! - [`last_good`]: the key texts in force, stored so a restart keeps a bad key's last good value.
 //! - [`spec`]: choosing one node's spec from the merged config, and semantic comparison.
 //! - [`decide`]: the level-triggered decision (create, update, delete or nothing) for one node.
 
+pub mod bounds;
 pub mod config;
 pub mod decide;
+pub mod last_good;
 pub mod merge;
 pub mod quantity;
 pub mod selector;

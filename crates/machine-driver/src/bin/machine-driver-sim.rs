@@ -36,8 +36,14 @@ struct Args {
     sim_ready_delay: Duration,
 }
 
+/// A Go duration up to `MAX_READY_DELAY`, refused (not a panic) otherwise.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    GoDuration::new(text).to_std().map_err(|e| e.to_string())
+    let delay = GoDuration::new(text).to_std().map_err(|e| e.to_string())?;
+    let max = machine_driver::simulate::MAX_READY_DELAY;
+    if delay > max {
+        return Err(format!("must be at most {}s, found {text}", max.as_secs()));
+    }
+    Ok(delay)
 }
 
 #[tokio::main]
