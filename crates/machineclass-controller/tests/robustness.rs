@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use capstan_runtime::testing::{BinaryUnderTest, http_get};
+use capstan_testkit::process::{BinaryUnderTest, http_get};
 use common::{BIN, Env, NS, last_op, machine_json, phase, until};
 use kube::api::PostParams;
 use kube_sim::faults::{ErrorRule, FaultConfig};

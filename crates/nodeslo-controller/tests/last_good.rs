@@ -8,7 +8,8 @@ mod common;
 use std::time::Duration;
 
 use capstan_apis::slo::NodeSlo;
-use common::{Cluster, eventually};
+use capstan_testkit::eventually;
+use common::Cluster;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -28,7 +29,7 @@ async fn spec_field(slos: &Api<NodeSlo>, node: &str, pointer: &str) -> Option<Va
 
 async fn wait_field(slos: &Api<NodeSlo>, node: &str, pointer: &str, want: Value) {
     let what = format!("{node} {pointer} == {want}");
-    eventually(WAIT, &what, || async {
+    eventually(&what, Duration::from_secs(WAIT), || async {
         (spec_field(slos, node, pointer).await.as_ref() == Some(&want)).then_some(())
     })
     .await;
@@ -95,16 +96,20 @@ async fn a_typo_plus_a_restart_keeps_the_last_good_value_of_that_key() {
     };
     // One Event per ConfigMap version at least (Events of one reason on one object are
     // aggregated, so only the first key's note is certain to be seen).
-    eventually(WAIT, "a SLOCfgUnmarshalFailed Event", || async {
-        let notes = unmarshal_notes().await;
-        notes
-            .iter()
-            .any(|n| {
-                n.contains("resource-threshold-config")
-                    && n.contains("cpuSuppressThresholdPercent: 150 is above the maximum 100")
-            })
-            .then_some(())
-    })
+    eventually(
+        "a SLOCfgUnmarshalFailed Event",
+        Duration::from_secs(WAIT),
+        || async {
+            let notes = unmarshal_notes().await;
+            notes
+                .iter()
+                .any(|n| {
+                    n.contains("resource-threshold-config")
+                        && n.contains("cpuSuppressThresholdPercent: 150 is above the maximum 100")
+                })
+                .then_some(())
+        },
+    )
     .await;
     assert_eq!(
         spec_field(&slos, "n1", "/systemStrategy/totalNetworkBandwidth").await,
@@ -112,12 +117,16 @@ async fn a_typo_plus_a_restart_keeps_the_last_good_value_of_that_key() {
     );
 
     // The last good texts are in the controller's own ConfigMap.
-    let stored = eventually(WAIT, "the last-good ConfigMap", || async {
-        configs
-            .get_opt("slo-controller-config-last-good")
-            .await
-            .ok()?
-    })
+    let stored = eventually(
+        "the last-good ConfigMap",
+        Duration::from_secs(WAIT),
+        || async {
+            configs
+                .get_opt("slo-controller-config-last-good")
+                .await
+                .ok()?
+        },
+    )
     .await;
     let data = stored.data.unwrap_or_default();
     assert_eq!(
