@@ -22,14 +22,13 @@ const RECOMMENDED_LABELS: [&str; 7] = [
     "helm.sh/chart",
 ];
 
-/// Every component on: both gw-recycler roles (with their hub Secret), the sidecar Deployment,
+/// Every component on: the gw-recycler (with its hub Secret), the sidecar Deployment,
 /// and two machineclass replicas (leader election and a PodDisruptionBudget).
 fn everything() -> Value {
     json!({
         "controllers": {
             "machineclass-controller": {"replicas": 2},
-            "gw-recycler-server": {"enabled": true},
-            "gw-recycler-client": {"enabled": true}
+            "gw-recycler": {"enabled": true}
         },
         "hub": {"kubeconfigSecret": "hub-kubeconfig", "namespace": "kubeslice-demo"},
         "sidecars": {"standalone": {"enabled": true}}
@@ -43,7 +42,9 @@ async fn cluster(test: &str) -> Option<Cluster> {
         return None;
     }
     let cluster = Cluster::start().await;
-    cluster.create_namespaces(&["koordinator-system"]).await;
+    cluster
+        .create_namespaces(&["koordinator-system", "kubeslice-system"])
+        .await;
     Some(cluster)
 }
 
@@ -155,8 +156,7 @@ async fn every_component_installs_then_upgrades() {
     for component in [
         "machineclass-controller",
         "nodeslo-controller",
-        "gw-recycler-server",
-        "gw-recycler-client",
+        "gw-recycler",
         "sidecars",
     ] {
         assert!(
@@ -181,8 +181,7 @@ async fn every_component_installs_then_upgrades() {
     for service in [
         "capstan-machineclass-controller-metrics:8080/readyz",
         "capstan-nodeslo-controller-metrics:8080/readyz",
-        "capstan-gw-recycler-server-metrics:8080/readyz",
-        "capstan-gw-recycler-client-metrics:8080/readyz",
+        "capstan-gw-recycler-metrics:8080/readyz",
     ] {
         assert!(
             script.contains(service),
@@ -191,16 +190,35 @@ async fn every_component_installs_then_upgrades() {
     }
     let gw = rendered
         .iter()
-        .find(|o| {
-            o["kind"] == "Deployment" && o["metadata"]["name"] == "capstan-gw-recycler-server"
-        })
-        .expect("gw-recycler-server Deployment");
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "capstan-gw-recycler")
+        .expect("gw-recycler Deployment");
     let args = gw["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
     assert!(
         args.contains("--hub-kubeconfig=/etc/capstan/hub/kubeconfig"),
         "{args}"
     );
     assert!(args.contains("--hub-namespace=kubeslice-demo"), "{args}");
+    assert!(args.contains("--role=auto"), "{args}");
+    assert!(args.contains("--namespace=kubeslice-system"), "{args}");
+    assert!(
+        args.contains("--gateway-image=ghcr.io/capstan/capstan:0.1.0"),
+        "{args}"
+    );
+    // Its worker rules are a Role in the gateway namespace, nothing cluster-wide.
+    let gw_role = rendered
+        .iter()
+        .find(|o| o["kind"] == "Role" && o["metadata"]["namespace"] == "kubeslice-system")
+        .expect("gw-recycler Role in the gateway namespace");
+    assert_eq!(
+        gw_role["metadata"]["name"],
+        "capstan-system-capstan-gw-recycler"
+    );
+    assert!(
+        !names_of(&rendered, "ClusterRole")
+            .iter()
+            .any(|n| n.contains("gw-recycler")),
+        "no ClusterRole for the gw-recycler"
+    );
     assert_eq!(
         gw["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"],
         "hub-kubeconfig"
@@ -236,10 +254,10 @@ async fn every_component_installs_then_upgrades() {
         "anti-affinity by default"
     );
 
-    // Upgrade: nodeslo scales out (leader election, PDB, Lease Role), the gw-recycler client goes.
+    // Upgrade: nodeslo scales out (leader election, PDB, Lease Role), the gw-recycler goes.
     let mut values = everything();
     values["controllers"]["nodeslo-controller"] = json!({"replicas": 3});
-    values["controllers"]["gw-recycler-client"] = json!({"enabled": false});
+    values["controllers"]["gw-recycler"] = json!({"enabled": false});
     let upgraded = ok(cluster.upgrade("capstan", NS, &values).await, "upgrade");
     assert_eq!(upgraded["info"]["status"], "deployed", "{upgraded}");
     assert_eq!(upgraded["version"], 2);
@@ -248,18 +266,18 @@ async fn every_component_installs_then_upgrades() {
         Some(3)
     );
     assert_eq!(
-        deployment_replicas(&cluster, NS, "capstan-gw-recycler-client").await,
+        deployment_replicas(&cluster, NS, "capstan-gw-recycler").await,
         None,
         "the disabled component's Deployment is removed"
     );
-    let roles: Api<ClusterRole> = Api::all(cluster.admin.clone());
+    let gw_roles: Api<Role> = Api::namespaced(cluster.admin.clone(), "kubeslice-system");
     assert!(
-        roles
-            .get_opt("capstan-system-capstan-gw-recycler-client")
+        gw_roles
+            .get_opt("capstan-system-capstan-gw-recycler")
             .await
             .expect("get")
             .is_none(),
-        "and its ClusterRole"
+        "and its Role in the gateway namespace"
     );
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(cluster.admin.clone(), NS);
     assert!(
@@ -337,8 +355,12 @@ async fn bad_values_are_rejected_naming_the_field() {
             "nodeslo-controler",
         ),
         (
-            json!({"controllers": {"gw-recycler-server": {"enabled": true}}}),
+            json!({"controllers": {"gw-recycler": {"enabled": true}}}),
             "hub.kubeconfigSecret",
+        ),
+        (
+            json!({"controllers": {"gw-recycler": {"role": "primary"}}}),
+            "role",
         ),
     ];
     for (i, (values, field)) in cases.iter().enumerate() {

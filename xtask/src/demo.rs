@@ -1,5 +1,6 @@
 //! `cargo xtask demo`: the embedded default. Starts kube-sim, installs Capstan's CRDs, seeds a
-//! few objects, runs every Capstan binary against it and prints how to look around with kubectl.
+//! few objects, runs every Capstan binary against it, recycles a slice gateway pair across a hub
+//! and a second worker (demo_slice.rs) and prints how to look around with kubectl.
 //! Ctrl-C stops everything. `--smoke` (used by `cargo xtask ci`) checks that the seeded objects
 //! converge and that every process drains and exits 0 on SIGTERM, then exits.
 
@@ -45,7 +46,6 @@ impl Args {
 const COMPONENTS: &[(&str, &[&str])] = &[
     ("nodeslo-controller", &[]),
     ("machineclass-controller", &["--sim-ready-delay", "1s"]),
-    ("gw-recycler", &["--role", "server"]),
     (
         "router-sidecar",
         &["--backend", "memory", "--listen", "127.0.0.1:0"],
@@ -73,11 +73,11 @@ pub fn run(args: &Args) -> Result<()> {
 }
 
 /// A process of the demo, its log file and, once up, its admin address.
-struct Process {
-    name: String,
+pub(crate) struct Process {
+    pub name: String,
     child: Child,
-    log: PathBuf,
-    admin: Option<SocketAddr>,
+    pub log: PathBuf,
+    pub admin: Option<SocketAddr>,
 }
 
 async fn run_async(args: &Args) -> Result<()> {
@@ -101,6 +101,9 @@ async fn run_async(args: &Args) -> Result<()> {
             &args.addr,
             "--kubeconfig-out",
             &kubeconfig_arg,
+            "--simulate-workloads",
+            "--pod-cidr",
+            crate::demo_slice::WORKER_A_POD_CIDR,
         ],
     )?;
     let result = async {
@@ -123,7 +126,11 @@ async fn run_async(args: &Args) -> Result<()> {
             }
             let table = wait_for_nodeslos(&client).await?;
             let node = wait_for_machine(&client).await?;
+            let mut slice = crate::demo_slice::start(&bin_dir, &dir, &kubeconfig, &client).await?;
+            processes.append(&mut slice.processes);
+            slice.recycle(&bin_dir).await?;
             print_guide(&kubeconfig, &dir, &processes, &table, &node);
+            slice.print_guide(&bin_dir);
             if !args.smoke {
                 println!("\nRunning. Ctrl-C stops everything.");
                 tokio::signal::ctrl_c()
@@ -146,8 +153,19 @@ async fn run_async(args: &Args) -> Result<()> {
     Ok(())
 }
 
-fn spawn(bin_dir: &Path, dir: &Path, name: &str, args: &[&str]) -> Result<Process> {
-    let log = dir.join(format!("{name}.log"));
+pub(crate) fn spawn(bin_dir: &Path, dir: &Path, name: &str, args: &[&str]) -> Result<Process> {
+    spawn_as(bin_dir, dir, name, name, args)
+}
+
+/// Runs binary `name` as process `label` (its log is `<label>.log`).
+pub(crate) fn spawn_as(
+    bin_dir: &Path,
+    dir: &Path,
+    name: &str,
+    label: &str,
+    args: &[&str],
+) -> Result<Process> {
+    let log = dir.join(format!("{label}.log"));
     let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
     let err = out.try_clone()?;
     let child = Command::new(bin_dir.join(name))
@@ -160,7 +178,7 @@ fn spawn(bin_dir: &Path, dir: &Path, name: &str, args: &[&str]) -> Result<Proces
         .spawn()
         .with_context(|| format!("starting {name} from {}", bin_dir.display()))?;
     Ok(Process {
-        name: name.to_string(),
+        name: label.to_string(),
         child,
         log,
         admin: None,
@@ -196,14 +214,14 @@ async fn poll<T>(
     }
 }
 
-async fn wait_for_kubeconfig(path: &Path, sim: &mut Process) -> Result<kube::Client> {
+pub(crate) async fn wait_for_kubeconfig(path: &Path, sim: &mut Process) -> Result<kube::Client> {
     let kubeconfig = poll(sim, "its kubeconfig", |_| Kubeconfig::read_from(path).ok()).await?;
     let config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     Ok(kube::Client::try_from(config)?)
 }
 
-async fn wait_for_admin(process: &mut Process) -> Result<SocketAddr> {
+pub(crate) async fn wait_for_admin(process: &mut Process) -> Result<SocketAddr> {
     poll(process, "its admin address", |p| {
         let log = std::fs::read_to_string(&p.log).ok()?;
         log.lines().find_map(|line| {

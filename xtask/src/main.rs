@@ -11,6 +11,7 @@ mod chart;
 mod ci;
 mod crdgen;
 mod demo;
+mod demo_slice;
 mod image;
 
 #[derive(Parser)]
