@@ -383,7 +383,6 @@ async fn bad_values_are_rejected_naming_the_field() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs kube-sim protobuf DeleteOptions (issue 12)"]
 async fn uninstall_leaves_nothing_and_the_same_name_installs_again() {
     let Some(cluster) = cluster("uninstall_leaves_nothing_and_the_same_name_installs_again").await
     else {
