@@ -124,7 +124,14 @@ async fn granted(cluster: &Cluster, component: &str) -> BTreeSet<(String, String
     out
 }
 
-/// Zero 403s for the ServiceAccount, and every grant used by a successful request.
+/// Grants a scenario cannot use without contriving it, each with why the code needs it.
+/// machineclass announces a blocked class deletion once per change of the machine count, so the
+/// same Event recurs (and is patched into a series by `capstan_runtime::events`) only when the
+/// count returns to an earlier value within the series window, which these scenarios do not do.
+const NOT_PROVOKED: &[(&str, &str)] = &[("machineclass-controller", "patch events.k8s.io/events")];
+
+/// Zero 403s for the ServiceAccount, and every grant used by a successful request (but for the
+/// few listed in [`NOT_PROVOKED`]).
 async fn assert_rbac_sufficient_and_minimal(cluster: &Cluster, component: &str, output: &str) {
     let user = format!("system:serviceaccount:{NS}:capstan-{component}");
     let stats = cluster.sim.requests();
@@ -162,6 +169,7 @@ async fn assert_rbac_sufficient_and_minimal(cluster: &Cluster, component: &str, 
             })
         })
         .map(|(g, r, v)| format!("{v} {g}/{r}"))
+        .filter(|grant| !NOT_PROVOKED.contains(&(component, grant.as_str())))
         .collect();
     assert!(
         unused.is_empty(),
@@ -256,7 +264,8 @@ async fn nodeslo_controller_runs_on_exactly_the_chart_rbac() {
             .map(drop)
     })
     .await;
-    // Another invalid value on n2 is reported again: the same Event, patched (a series).
+    // A different invalid value is a new Event (its message differs); the first value again is
+    // the first Event once more, patched into a series.
     let node_events: Api<Event> = Api::namespaced(admin.clone(), "default");
     eventually("the Node Warning", WAIT, output, || async {
         let list = node_events.list(&ListParams::default()).await.ok()?;
@@ -275,6 +284,26 @@ async fn nodeslo_controller_runs_on_exactly_the_chart_rbac() {
         )
         .await
         .expect("node patched");
+    eventually("the second Node Warning", WAIT, output, || async {
+        let list = node_events.list(&ListParams::default()).await.ok()?;
+        (list
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("InvalidNetworkBandwidth"))
+            .count()
+            >= 2)
+            .then_some(())
+    })
+    .await;
+    nodes
+        .patch(
+            "n2",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations":
+                {"node.koordinator.sh/network-bandwidth": "lots"}}})),
+        )
+        .await
+        .expect("node patched back");
     eventually("the Node Warning counted twice", WAIT, output, || async {
         let list = node_events.list(&ListParams::default()).await.ok()?;
         list.items
