@@ -30,17 +30,22 @@ pub enum PersistenceError {
     },
 }
 
-/// One log line.
+/// One log line: the event's fields around the object's stored JSON (not re-serialized).
 pub fn encode(ev: &Event) -> Vec<u8> {
-    let mut line = serde_json::to_vec(&json!({
+    let head = json!({
         "rv": ev.rv,
         "type": ev.type_.as_str(),
         "group": ev.key.0,
         "resource": ev.key.1,
-        "object": &*ev.object,
-    }))
-    .unwrap_or_default();
-    line.push(b'\n');
+    })
+    .to_string();
+    let object = ev.object.json();
+    let mut line = Vec::with_capacity(head.len() + object.len() + 16);
+    // `{"group":..,"resource":..,"rv":..,"type":..` then `,"object":<json>}`.
+    line.extend_from_slice(&head.as_bytes()[..head.len() - 1]);
+    line.extend_from_slice(b",\"object\":");
+    line.extend_from_slice(object);
+    line.extend_from_slice(b"}\n");
     line
 }
 
@@ -170,7 +175,7 @@ pub fn replay(
     let crds: Vec<Value> = cluster
         .store
         .list(&crd_key, None)
-        .map(|(_, v)| (**v).clone())
+        .map(|(_, v)| v.value())
         .collect();
     cluster.registry.rebuild(crds.iter());
     Ok(())
@@ -254,7 +259,7 @@ mod tests {
         let opts = WriteOptions::default();
         c.create(&info, "default", cm("a", "1"), &opts).expect("a");
         c.create(&info, "default", cm("b", "1"), &opts).expect("b");
-        let mut a = (**c
+        let mut a = (*c
             .store
             .get(&info.storage_key(), &("default".into(), "a".into()))
             .expect("a"))

@@ -1,11 +1,13 @@
 //! The object store: one map per resource, one cluster-wide resourceVersion counter, a bounded
 //! history of events for watch resumption, and a broadcast of new events to live watchers.
+//! Objects are held as their serialized JSON (`Stored`), not as trees: memory follows the data,
+//! lists and watch events copy bytes, and only a request that needs the tree decodes it.
 
 use crate::registry::StorageKey;
 use bytes::Bytes;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use tokio::sync::broadcast;
 
 /// Namespace ("" for cluster-scoped) and name.
@@ -28,27 +30,57 @@ impl EventType {
     }
 }
 
-/// One change, shared by every watcher; the object is serialized at most once.
+/// One object as the store holds it: its JSON, serialized once and shared by the object map,
+/// the event history, lists and watch streams.
+#[derive(Debug, Clone)]
+pub struct Stored(Bytes);
+
+impl Stored {
+    pub fn encode(obj: &Value) -> Self {
+        let json = serde_json::to_vec(obj).unwrap_or_default();
+        // `Bytes::from(Vec)` keeps the Vec's spare capacity (up to as much again): copy it exact.
+        Self(Bytes::copy_from_slice(&json))
+    }
+
+    pub fn json(&self) -> &Bytes {
+        &self.0
+    }
+
+    /// The object as a tree. The bytes were written by `encode`, so they decode.
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.0).unwrap_or_default()
+    }
+
+    /// `apiVersion` without decoding when it is the first key (as serde_json writes a Map in
+    /// key order, it is for every kind whose top-level keys all sort after it); else decodes.
+    pub fn api_version(&self) -> Option<String> {
+        const LEAD: &[u8] = b"{\"apiVersion\":\"";
+        if let Some(rest) = self.0.strip_prefix(LEAD)
+            && let Some(end) = rest.iter().position(|b| *b == b'"' || *b == b'\\')
+            && rest[end] == b'"'
+        {
+            return std::str::from_utf8(&rest[..end]).ok().map(String::from);
+        }
+        self.value()["apiVersion"].as_str().map(String::from)
+    }
+}
+
+/// One change, shared by every watcher; the object is serialized once, when it is stored.
 #[derive(Debug)]
 pub struct Event {
     pub rv: u64,
     pub type_: EventType,
     pub key: StorageKey,
-    pub object: Arc<Value>,
+    /// Namespace ("" for cluster-scoped) and name of the object.
+    pub object_key: ObjKey,
+    pub object: Stored,
     /// The object before a modification (selectors: leaving the selector is a DELETED).
-    pub prev: Option<Arc<Value>>,
-    json: OnceLock<Bytes>,
+    pub prev: Option<Stored>,
 }
 
 impl Event {
     pub fn object_json(&self) -> &Bytes {
-        self.json
-            .get_or_init(|| Bytes::from(serde_json::to_vec(&*self.object).unwrap_or_default()))
-    }
-    pub fn namespace(&self) -> &str {
-        self.object["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or_default()
+        self.object.json()
     }
 }
 
@@ -74,7 +106,7 @@ pub type EventSink = Box<dyn FnMut(&Event) + Send>;
 
 pub struct Store {
     rv: u64,
-    objects: HashMap<StorageKey, BTreeMap<ObjKey, Arc<Value>>>,
+    objects: HashMap<StorageKey, BTreeMap<ObjKey, Stored>>,
     history: VecDeque<Arc<Event>>,
     history_cap: usize,
     /// Every event after this resourceVersion is still in `history`.
@@ -113,16 +145,31 @@ impl Store {
         self.rv
     }
 
-    pub fn get(&self, key: &StorageKey, obj: &ObjKey) -> Option<&Arc<Value>> {
+    /// An object, decoded.
+    pub fn get(&self, key: &StorageKey, obj: &ObjKey) -> Option<Arc<Value>> {
+        self.get_stored(key, obj).map(|s| Arc::new(s.value()))
+    }
+
+    pub fn get_stored(&self, key: &StorageKey, obj: &ObjKey) -> Option<&Stored> {
         self.objects.get(key)?.get(obj)
     }
 
-    /// Objects of a resource in key order, optionally within one namespace.
+    /// Objects of a resource in key order, decoded, optionally within one namespace.
+    pub fn list_values<'a>(
+        &'a self,
+        key: &StorageKey,
+        namespace: Option<&'a str>,
+    ) -> impl Iterator<Item = (&'a ObjKey, Arc<Value>)> + 'a {
+        self.list(key, namespace)
+            .map(|(k, s)| (k, Arc::new(s.value())))
+    }
+
+    /// Objects of a resource in key order, as stored, optionally within one namespace.
     pub fn list<'a>(
         &'a self,
         key: &StorageKey,
         namespace: Option<&'a str>,
-    ) -> Box<dyn Iterator<Item = (&'a ObjKey, &'a Arc<Value>)> + 'a> {
+    ) -> Box<dyn Iterator<Item = (&'a ObjKey, &'a Stored)> + 'a> {
         let Some(map) = self.objects.get(key) else {
             return Box::new(std::iter::empty());
         };
@@ -190,16 +237,17 @@ impl Store {
         &mut self,
         type_: EventType,
         key: StorageKey,
-        object: Arc<Value>,
-        prev: Option<Arc<Value>>,
+        object_key: ObjKey,
+        object: Stored,
+        prev: Option<Stored>,
     ) {
         let event = Arc::new(Event {
             rv: self.rv,
             type_,
             key,
+            object_key,
             object,
             prev,
-            json: OnceLock::new(),
         });
         if let Some(sink) = self.sink.as_mut() {
             sink(&event);
@@ -219,32 +267,38 @@ impl Store {
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
         let ok = obj_key(&obj);
-        let obj = Arc::new(obj);
+        let stored = Stored::encode(&obj);
         let prev = self
             .objects
             .entry(key.clone())
             .or_default()
-            .insert(ok.clone(), obj.clone());
-        self.index(key, &ok, prev.as_deref(), Some(&obj));
+            .insert(ok.clone(), stored.clone());
+        let old = prev.as_ref().map(Stored::value);
+        self.index(key, &ok, old.as_ref(), Some(&obj));
         let type_ = if prev.is_some() {
             EventType::Modified
         } else {
             EventType::Added
         };
-        self.record(type_, key.clone(), obj.clone(), prev);
-        obj
+        self.record(type_, key.clone(), ok, stored, prev);
+        Arc::new(obj)
     }
 
     /// Removes an object; the DELETED event carries the deletion's resourceVersion.
     pub fn remove(&mut self, key: &StorageKey, ok: &ObjKey) -> Option<Arc<Value>> {
         let old = self.objects.get_mut(key)?.remove(ok)?;
-        self.index(key, ok, Some(&old), None);
+        let mut last = old.value();
+        self.index(key, ok, Some(&last), None);
         self.rv += 1;
-        let mut last = (*old).clone();
         last["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
-        let last = Arc::new(last);
-        self.record(EventType::Deleted, key.clone(), last.clone(), Some(old));
-        Some(last)
+        self.record(
+            EventType::Deleted,
+            key.clone(),
+            ok.clone(),
+            Stored::encode(&last),
+            Some(old),
+        );
+        Some(Arc::new(last))
     }
 
     /// Forgets the event history (like an etcd compaction): resuming from any earlier

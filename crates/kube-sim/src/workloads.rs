@@ -256,8 +256,8 @@ fn infos(cluster: &Cluster) -> Option<Infos> {
 fn all(cluster: &Cluster, info: &ResourceInfo) -> Vec<Arc<Value>> {
     cluster
         .store
-        .list(&info.storage_key(), None)
-        .map(|(_, v)| v.clone())
+        .list_values(&info.storage_key(), None)
+        .map(|(_, v)| v)
         .collect()
 }
 
@@ -415,7 +415,7 @@ pub fn reconcile(
                 &i.pods.storage_key(),
                 &(namespace(&pod).to_string(), name(&pod).to_string()),
             ) {
-                Some(now) => pod = (**now).clone(),
+                Some(now) => pod = (*now).clone(),
                 None => continue,
             }
         }
@@ -645,7 +645,7 @@ impl Nodes {
             .store
             .get(&info.storage_key(), &(String::new(), name.to_string()))
         {
-            let mut updated = (**cur).clone();
+            let mut updated = (*cur).clone();
             updated["status"] = body["status"].clone();
             cluster
                 .update(&info, "", name, updated, Sub::Status, &opts("kubelet"))
@@ -677,7 +677,7 @@ impl Nodes {
             return Ok(());
         };
         let key: ObjKey = (String::new(), name.to_string());
-        let Some(cur) = cluster.store.get(&info.storage_key(), &key).cloned() else {
+        let Some(cur) = cluster.store.get(&info.storage_key(), &key) else {
             return Ok(());
         };
         let was_ready = node_ready(&cur);
@@ -891,7 +891,6 @@ mod tests {
                 &("apps".into(), "deployments".into()),
                 &("default".into(), "web".into()),
             )
-            .cloned()
             .expect("deployment");
         assert_eq!(d["status"]["readyReplicas"], 2);
         assert_eq!(d["status"]["updatedReplicas"], 2);
@@ -936,7 +935,6 @@ mod tests {
                 &(String::new(), "nodes".into()),
                 &(String::new(), "a".into()),
             )
-            .cloned()
             .expect("node");
         assert!(!node_ready(&node));
     }

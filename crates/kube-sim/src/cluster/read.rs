@@ -11,10 +11,21 @@ impl Cluster {
         Arc::new(convert::from_storage(info, obj))
     }
 
+    /// The JSON of a stored object in the requested version: its stored bytes unless it must be
+    /// converted.
+    pub fn present_json(info: &ResourceInfo, obj: &Stored) -> Bytes {
+        match obj.api_version() {
+            Some(av) if info.is_api_version(&av) => obj.json().clone(),
+            _ => Stored::encode(&convert::from_storage(info, &obj.value()))
+                .json()
+                .clone(),
+        }
+    }
+
     pub fn get(&self, info: &ResourceInfo, ns: &str, name: &str) -> Result<Arc<Value>> {
         self.store
             .get(&info.storage_key(), &Self::obj_key_for(info, ns, name))
-            .map(|o| Self::present(info, o))
+            .map(|o| Self::present(info, &o))
             .ok_or_else(|| ApiError::not_found(&info.group, &info.plural, name))
     }
 
@@ -48,6 +59,8 @@ impl Cluster {
         let mut next = None;
         let mut remaining = 0usize;
         let exact_name = opts.fields.exact_name();
+        let selects = !opts.labels.is_empty() || !opts.fields.is_empty();
+        let mut last_key: Option<&ObjKey> = None;
         for (k, obj) in self.store.list(&key, ns) {
             if let Some(a) = &after
                 && k <= a
@@ -57,22 +70,25 @@ impl Cluster {
             if exact_name.is_some_and(|n| n != k.1) {
                 continue;
             }
-            if !opts.labels.matches(obj) || !opts.fields.matches(obj) {
-                continue;
+            if selects {
+                let tree = obj.value();
+                if !opts.labels.matches(&tree) || !opts.fields.matches(&tree) {
+                    continue;
+                }
             }
             if let Some(limit) = opts.limit
                 && items.len() >= limit
             {
-                if next.is_none() {
-                    let last: &Arc<Value> =
-                        items.last().expect("limit > 0 means an item was taken");
-                    let (ln, lm) = obj_key(last);
+                if next.is_none()
+                    && let Some((ln, lm)) = last_key
+                {
                     next = Some(util::hex_encode(&format!("{rv}|{ln}|{lm}")));
                 }
                 remaining += 1;
                 continue;
             }
-            items.push(Self::present(info, obj));
+            last_key = Some(k);
+            items.push(Self::present_json(info, obj));
         }
         Ok(ListResult {
             items,

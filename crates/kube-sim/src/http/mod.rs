@@ -437,7 +437,7 @@ fn list_meta(result: &ListResult) -> Value {
 
 /// Serializes a list without cloning items into one big `Value`.
 fn list_bytes(info: &ResourceInfo, result: &ListResult, partial: bool) -> Bytes {
-    let mut out = Vec::with_capacity(64 + result.items.len() * 512);
+    let mut out = Vec::with_capacity(64 + result.items.iter().map(|i| i.len() + 1).sum::<usize>());
     let (kind, api_version) = if partial {
         (
             "PartialObjectMetadataList".to_string(),
@@ -461,9 +461,11 @@ fn list_bytes(info: &ResourceInfo, result: &ListResult, partial: bool) -> Bytes 
             out.push(b',');
         }
         if partial {
-            let _ = serde_json::to_writer(&mut out, &partial_object(item));
+            let tree: Value = serde_json::from_slice(item).unwrap_or_default();
+            let _ = serde_json::to_writer(&mut out, &partial_object(&tree));
         } else {
-            let _ = serde_json::to_writer(&mut out, &**item);
+            // Stored bytes, copied: a list is not re-serialized.
+            out.extend_from_slice(item);
         }
     }
     out.extend_from_slice(b"]}");
@@ -575,7 +577,7 @@ fn resource_request(
             drop(cluster);
             if wants_table(accept) {
                 let include = query.get("includeObject").unwrap_or("Metadata");
-                let t = table::to_table(info, &result.items, list_meta(&result), true, include);
+                let t = table::to_table(info, &result.values(), list_meta(&result), true, include);
                 return Ok(json_response(200, &t));
             }
             Ok(bytes_response(
