@@ -47,7 +47,7 @@ impl UserInfo {
         Self::new("system:anonymous", &["system:unauthenticated"])
     }
 
-    fn in_group(&self, g: &str) -> bool {
+    pub fn in_group(&self, g: &str) -> bool {
         self.groups.iter().any(|x| x == g)
     }
 }
