@@ -301,6 +301,48 @@ impl Store {
         Some(Arc::new(last))
     }
 
+    /// The objects of a resource as they were at resourceVersion `rv`, in key order: the current
+    /// state with every change after `rv` undone from the event history (the state before a
+    /// key's first later event is that event's `prev`, or nothing for an ADDED). `Err(oldest)`
+    /// when the history no longer reaches back to `rv`.
+    pub fn list_at(
+        &self,
+        key: &StorageKey,
+        namespace: Option<&str>,
+        rv: u64,
+    ) -> Result<Vec<(ObjKey, Stored)>, u64> {
+        if rv >= self.rv {
+            return Ok(self
+                .list(key, namespace)
+                .map(|(k, s)| (k.clone(), s.clone()))
+                .collect());
+        }
+        if rv < self.history_floor {
+            return Err(self.history_floor + 1);
+        }
+        let start = self.history.partition_point(|e| e.rv <= rv);
+        let mut then: HashMap<&ObjKey, Option<&Stored>> = HashMap::new();
+        for ev in self.history.range(start..).filter(|e| e.key == *key) {
+            then.entry(&ev.object_key).or_insert(match ev.type_ {
+                EventType::Added => None,
+                EventType::Modified | EventType::Deleted => ev.prev.as_ref(),
+            });
+        }
+        let mut at: BTreeMap<ObjKey, Stored> = self
+            .list(key, namespace)
+            .filter(|(k, _)| !then.contains_key(k))
+            .map(|(k, s)| (k.clone(), s.clone()))
+            .collect();
+        for (k, s) in then {
+            if let Some(s) = s
+                && namespace.is_none_or(|ns| k.0 == ns)
+            {
+                at.insert(k.clone(), s.clone());
+            }
+        }
+        Ok(at.into_iter().collect())
+    }
+
     /// Forgets the event history (like an etcd compaction): resuming from any earlier
     /// resourceVersion then gets `410 Gone`.
     pub fn compact(&mut self) {

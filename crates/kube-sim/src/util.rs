@@ -215,22 +215,6 @@ pub fn base64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// Hex encoding for opaque continue tokens.
-pub fn hex_encode(s: &str) -> String {
-    s.bytes().map(|b| format!("{b:02x}")).collect()
-}
-
-pub fn hex_decode(s: &str) -> Option<String> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    let bytes: Option<Vec<u8>> = (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect();
-    String::from_utf8(bytes?).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,7 +248,6 @@ mod tests {
         assert_eq!(a.len(), 36);
         assert_eq!(&a[14..15], "4");
         assert_eq!(r.name_suffix().len(), 5);
-        assert_eq!(hex_decode(&hex_encode("a|b")).as_deref(), Some("a|b"));
         assert_eq!(base64(b"hello"), "aGVsbG8=");
         assert_eq!(base64(b"hi!"), "aGkh");
     }

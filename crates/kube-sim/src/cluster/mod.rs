@@ -74,6 +74,8 @@ pub struct ListOptions {
     pub fields: FieldSelector,
     pub limit: Option<usize>,
     pub continue_token: Option<String>,
+    /// `resourceVersionMatch=Exact`: the list as it was at this resourceVersion.
+    pub resource_version_exact: Option<u64>,
 }
 
 pub struct ListResult {

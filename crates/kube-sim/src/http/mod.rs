@@ -362,17 +362,19 @@ fn list_options(info: &ResourceInfo, query: &Query) -> Result<ListOptions, ApiEr
             .get("continue")
             .filter(|c| !c.is_empty())
             .map(String::from),
+        resource_version_exact: None,
     })
 }
 
-/// `resourceVersion`/`resourceVersionMatch` rules of a list. Lists are served from the current
-/// state; an `Exact` (or `NotOlderThan`) version newer than the server's, or an `Exact` one
-/// that is not the current state, cannot be honoured.
-fn check_list_resource_version(query: &Query, current: u64) -> Result<(), ApiError> {
+/// `resourceVersion`/`resourceVersionMatch` rules of a list: `NotOlderThan` (and no match) is
+/// served from the current state, `Exact` at that version (from the event history; `410` once
+/// it is out of it, see `Cluster::list`); a version newer than the server's cannot be honoured.
+/// Returns the exact version asked for.
+fn check_list_resource_version(query: &Query, current: u64) -> Result<Option<u64>, ApiError> {
     let rv = query.get("resourceVersion").unwrap_or("");
     let rv_match = query.get("resourceVersionMatch").unwrap_or("");
     if rv_match.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let invalid = |detail: &str| {
         ApiError::invalid(
@@ -414,12 +416,7 @@ fn check_list_resource_version(query: &Query, current: u64) -> Result<(), ApiErr
         return Err(ApiError::new(504, "Timeout", format!("Too large resource version: {n}, current: {current}"))
             .with_details(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1})));
     }
-    if rv_match == "Exact" && n != current {
-        return Err(ApiError::gone(format!(
-            "too old resource version: {n} ({current})"
-        )));
-    }
-    Ok(())
+    Ok((rv_match == "Exact").then_some(n))
 }
 
 fn field_error_prefix(info: &ResourceInfo) -> String {
@@ -570,9 +567,10 @@ fn resource_request(
     match (method, &rp.name) {
         (&Method::GET, None) if rp.watch => watch(shared, info, rp, query, accept),
         (&Method::GET, None) => {
-            let opts = list_options(info, query)?;
+            let mut opts = list_options(info, query)?;
             let cluster = shared.lock();
-            check_list_resource_version(query, cluster.store.resource_version())?;
+            opts.resource_version_exact =
+                check_list_resource_version(query, cluster.store.resource_version())?;
             let result = cluster.list(info, rp.namespace.as_deref(), &opts)?;
             drop(cluster);
             if wants_table(accept) {
