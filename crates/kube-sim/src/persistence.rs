@@ -4,7 +4,11 @@
 //! (each event advances it by exactly one), so versions continue upwards after a restart and
 //! watches resume from the replayed history or get `410 Gone`.
 //!
-//! A line cut short by a crash is not acknowledged: it is dropped (and truncated away) on replay.
+//! A write whose record cannot be made durable (a full disk) is refused: the log is cut back to
+//! its last complete record and the request fails, so nothing is acknowledged that a restart
+//! would not find. A last record cut short by a crash (mid-record or mid-character) was never
+//! acknowledged: replay drops it, truncates it away and logs what it dropped; a bad record
+//! followed by more data is corruption, refused with its byte offset.
 
 use crate::cluster::Cluster;
 use crate::store::{Event, EventType, Store, obj_key};
@@ -22,10 +26,11 @@ pub enum PersistenceError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("corrupt event log {path} at line {line}: {why}")]
+    #[error("corrupt event log {path} at line {line} (byte offset {offset}): {why}")]
     Corrupt {
         path: PathBuf,
         line: usize,
+        offset: u64,
         why: String,
     },
 }
@@ -59,8 +64,8 @@ pub struct Record {
     pub object: Value,
 }
 
-pub fn decode(line: &str) -> Result<Record, String> {
-    let v: Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+pub fn decode(line: &[u8]) -> Result<Record, String> {
+    let v: Value = serde_json::from_slice(line).map_err(|e| e.to_string())?;
     let type_ = match v["type"].as_str() {
         Some("ADDED") => EventType::Added,
         Some("MODIFIED") => EventType::Modified,
@@ -93,36 +98,46 @@ pub fn read_log(path: &Path) -> Result<(Vec<Record>, u64), PersistenceError> {
     let mut reader = BufReader::new(file);
     let mut records = Vec::new();
     let mut valid_len = 0u64;
-    let mut buf = String::new();
+    let mut buf = Vec::new();
     let mut line_no = 0;
     loop {
         buf.clear();
-        let n = reader.read_line(&mut buf).map_err(io)?;
+        let n = reader.read_until(b'\n', &mut buf).map_err(io)?;
         if n == 0 {
             break;
         }
         line_no += 1;
-        let complete = buf.ends_with('\n');
-        let decoded = decode(buf.trim_end());
-        if !complete {
-            // The last line may be cut short by a crash: it was never acknowledged.
+        let torn = |why: &str| {
+            tracing::warn!(
+                path = %path.display(),
+                line = line_no,
+                offset = valid_len,
+                bytes = n,
+                "dropping the torn last record of the event log ({why}); it was never acknowledged"
+            );
+        };
+        if !buf.ends_with(b"\n") {
+            // Cut short by a crash (mid-record, maybe mid-character): never acknowledged.
+            torn("no line end");
             break;
         }
-        match decoded {
+        match decode(&buf[..buf.len() - 1]) {
             Ok(r) => {
                 records.push(r);
                 valid_len += n as u64;
             }
             Err(why) => {
-                // A bad last line is a torn write; a bad line followed by more data is corruption.
-                let mut rest = String::new();
-                reader.read_line(&mut rest).map_err(io)?;
+                // A bad last record is a torn write; a bad record followed by more is corruption.
+                let mut rest = Vec::new();
+                reader.read_until(b'\n', &mut rest).map_err(io)?;
                 if rest.is_empty() {
+                    torn(&why);
                     break;
                 }
                 return Err(PersistenceError::Corrupt {
                     path: path.to_path_buf(),
                     line: line_no,
+                    offset: valid_len,
                     why,
                 });
             }
@@ -144,6 +159,7 @@ pub fn replay(
             return Err(PersistenceError::Corrupt {
                 path: path.to_path_buf(),
                 line: i + 1,
+                offset: 0,
                 why: format!(
                     "resourceVersion {} does not follow {}",
                     r.rv,
@@ -161,6 +177,7 @@ pub fn replay(
                     return Err(PersistenceError::Corrupt {
                         path: path.to_path_buf(),
                         line: i + 1,
+                        offset: 0,
                         why: "deletion of an object that does not exist".into(),
                     });
                 }
@@ -213,6 +230,7 @@ pub fn open(dir: &Path, cluster: &mut Cluster, history: usize) -> Result<(), Per
             .map_err(|_| PersistenceError::Corrupt {
                 path: path.clone(),
                 line: 0,
+                offset: 0,
                 why: "the initial objects are no longer in the event history".into(),
             })?;
         for ev in seeded {
@@ -225,10 +243,22 @@ pub fn open(dir: &Path, cluster: &mut Cluster, history: usize) -> Result<(), Per
         let _ = d.sync_all();
     }
     let log_path = path.clone();
+    let mut durable_len = file.metadata().map_err(io)?.len();
     cluster.store.set_sink(Box::new(move |ev: &Event| {
-        let written = file.write_all(&encode(ev)).and_then(|()| file.sync_data());
-        if let Err(e) = written {
-            tracing::error!(path = %log_path.display(), error = %e, "cannot persist a write");
+        let record = encode(ev);
+        match file.write_all(&record).and_then(|()| file.sync_data()) {
+            Ok(()) => {
+                durable_len += record.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                // Cut a partial record away so the log stays valid for the next start.
+                let restored = file
+                    .set_len(durable_len)
+                    .and_then(|()| file.seek(std::io::SeekFrom::Start(durable_len)).map(drop));
+                tracing::error!(path = %log_path.display(), error = %e, restored = restored.is_ok(), "cannot persist a write; refusing it");
+                Err(format!("cannot persist the write to {}: {e}", log_path.display()))
+            }
         }
     }));
     Ok(())
@@ -344,7 +374,11 @@ mod tests {
         std::fs::write(&path, "not json\n{\"rv\":2}\n").expect("write");
         assert!(matches!(
             read_log(&path),
-            Err(PersistenceError::Corrupt { line: 1, .. })
+            Err(PersistenceError::Corrupt {
+                line: 1,
+                offset: 0,
+                ..
+            })
         ));
     }
 }

@@ -101,8 +101,9 @@ fn owner_uids(obj: &Value) -> Vec<String> {
         .collect()
 }
 
-/// A hook that sees every event before it is published (see `Store::set_sink`).
-pub type EventSink = Box<dyn FnMut(&Event) + Send>;
+/// A hook that sees every event before it is applied and published (see `Store::set_sink`); an
+/// error refuses the event.
+pub type EventSink = Box<dyn FnMut(&Event) -> Result<(), String> + Send>;
 
 pub struct Store {
     rv: u64,
@@ -116,8 +117,10 @@ pub struct Store {
     dependents: HashMap<String, BTreeSet<(StorageKey, ObjKey)>>,
     /// uid -> location, to resolve owners.
     uids: HashMap<String, (StorageKey, ObjKey)>,
-    /// Sees every event before it is published (persistence makes it durable there).
+    /// Sees every event before it is applied (persistence makes it durable there).
     sink: Option<EventSink>,
+    /// Why the sink last refused an event, until `take_failure`.
+    failure: Option<String>,
 }
 
 impl Store {
@@ -133,6 +136,7 @@ impl Store {
             dependents: HashMap::new(),
             uids: HashMap::new(),
             sink: None,
+            failure: None,
         }
     }
 
@@ -233,6 +237,9 @@ impl Store {
         }
     }
 
+    /// Offers the next event to the sink: on success the event is the new state (history,
+    /// watchers); on failure nothing changes (not even the resourceVersion) and the failure is
+    /// kept for `take_failure`, so the request that caused it is not acknowledged.
     fn record(
         &mut self,
         type_: EventType,
@@ -240,18 +247,22 @@ impl Store {
         object_key: ObjKey,
         object: Stored,
         prev: Option<Stored>,
-    ) {
+    ) -> bool {
         let event = Arc::new(Event {
-            rv: self.rv,
+            rv: self.rv + 1,
             type_,
             key,
             object_key,
             object,
             prev,
         });
-        if let Some(sink) = self.sink.as_mut() {
-            sink(&event);
+        if let Some(sink) = self.sink.as_mut()
+            && let Err(why) = sink(&event)
+        {
+            self.failure.get_or_insert(why);
+            return false;
         }
+        self.rv = event.rv;
         if self.history.len() >= self.history_cap
             && let Some(old) = self.history.pop_front()
         {
@@ -260,44 +271,58 @@ impl Store {
         self.history.push_back(event.clone());
         // No receivers is fine: nobody is watching.
         let _ = self.tx.send(event);
+        true
     }
 
-    /// Stores an object under a new resourceVersion and emits ADDED or MODIFIED.
+    /// The first write the sink refused since the last call, if any (the request that made it
+    /// must fail).
+    pub fn take_failure(&mut self) -> Option<String> {
+        self.failure.take()
+    }
+
+    /// Stores an object under a new resourceVersion and emits ADDED or MODIFIED. When the sink
+    /// refuses the event, nothing is stored (see `take_failure`).
     pub fn put(&mut self, key: &StorageKey, mut obj: Value) -> Arc<Value> {
-        self.rv += 1;
-        obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
+        obj["metadata"]["resourceVersion"] = Value::String((self.rv + 1).to_string());
         let ok = obj_key(&obj);
         let stored = Stored::encode(&obj);
-        let prev = self
-            .objects
-            .entry(key.clone())
-            .or_default()
-            .insert(ok.clone(), stored.clone());
-        let old = prev.as_ref().map(Stored::value);
-        self.index(key, &ok, old.as_ref(), Some(&obj));
+        let prev = self.objects.get(key).and_then(|m| m.get(&ok)).cloned();
         let type_ = if prev.is_some() {
             EventType::Modified
         } else {
             EventType::Added
         };
-        self.record(type_, key.clone(), ok, stored, prev);
+        if !self.record(type_, key.clone(), ok.clone(), stored.clone(), prev.clone()) {
+            return Arc::new(obj);
+        }
+        self.objects
+            .entry(key.clone())
+            .or_default()
+            .insert(ok.clone(), stored);
+        let old = prev.as_ref().map(Stored::value);
+        self.index(key, &ok, old.as_ref(), Some(&obj));
         Arc::new(obj)
     }
 
-    /// Removes an object; the DELETED event carries the deletion's resourceVersion.
+    /// Removes an object; the DELETED event carries the deletion's resourceVersion. When the
+    /// sink refuses the event, the object stays (see `take_failure`).
     pub fn remove(&mut self, key: &StorageKey, ok: &ObjKey) -> Option<Arc<Value>> {
-        let old = self.objects.get_mut(key)?.remove(ok)?;
+        let old = self.objects.get(key)?.get(ok)?.clone();
         let mut last = old.value();
-        self.index(key, ok, Some(&last), None);
-        self.rv += 1;
-        last["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
-        self.record(
+        last["metadata"]["resourceVersion"] = Value::String((self.rv + 1).to_string());
+        if !self.record(
             EventType::Deleted,
             key.clone(),
             ok.clone(),
             Stored::encode(&last),
-            Some(old),
-        );
+            Some(old.clone()),
+        ) {
+            return Some(Arc::new(last));
+        }
+        if let Some(map) = self.objects.get_mut(key) {
+            map.remove(ok);
+        }
+        self.index(key, ok, Some(&old.value()), None);
         Some(Arc::new(last))
     }
 

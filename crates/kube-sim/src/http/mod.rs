@@ -594,12 +594,13 @@ fn resource_request(
         (&Method::POST, None) => {
             let body = decode_body(headers, body)?;
             let opts = write_options(query, headers, false);
-            let created = shared.lock().create(info, &ns, body, &opts)?;
+            let created = write(shared, |c| c.create(info, &ns, body, &opts))?;
             Ok(object_response(201, info, &created, accept, query))
         }
         (&Method::POST, Some(name)) if rp.sub.as_deref() == Some("eviction") => {
-            let mut cluster = shared.lock();
-            cluster.delete(info, &ns, name, &DeleteOptions::default())?;
+            write(shared, |c| {
+                c.delete(info, &ns, name, &DeleteOptions::default())
+            })?;
             Ok(json_response(
                 201,
                 &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
@@ -610,17 +611,18 @@ fn resource_request(
             let opts = write_options(query, headers, false);
             if rp.sub.as_deref() == Some("scale") {
                 let replicas = body["spec"]["replicas"].clone();
-                let mut cluster = shared.lock();
-                let cur = cluster.get(info, &ns, name)?;
-                let mut updated = (*cur).clone();
-                updated["spec"]["replicas"] = replicas;
-                if let Some(rv) = body["metadata"]["resourceVersion"].as_str() {
-                    updated["metadata"]["resourceVersion"] = json!(rv);
-                }
-                let obj = cluster.update(info, &ns, name, updated, Sub::Main, &opts)?;
+                let obj = write(shared, |cluster| {
+                    let cur = cluster.get(info, &ns, name)?;
+                    let mut updated = (*cur).clone();
+                    updated["spec"]["replicas"] = replicas;
+                    if let Some(rv) = body["metadata"]["resourceVersion"].as_str() {
+                        updated["metadata"]["resourceVersion"] = json!(rv);
+                    }
+                    cluster.update(info, &ns, name, updated, Sub::Main, &opts)
+                })?;
                 return Ok(json_response(200, &scale_of(&obj)));
             }
-            let obj = shared.lock().update(info, &ns, name, body, sub, &opts)?;
+            let obj = write(shared, |c| c.update(info, &ns, name, body, sub, &opts))?;
             Ok(object_response(200, info, &obj, accept, query))
         }
         (&Method::PATCH, Some(name)) => {
@@ -628,22 +630,22 @@ fn resource_request(
             let patch = decode_body(headers, body)?;
             let opts = write_options(query, headers, pt == PatchType::Apply);
             if rp.sub.as_deref() == Some("scale") {
-                let mut cluster = shared.lock();
-                let cur = cluster.get(info, &ns, name)?;
-                let mut scale = scale_of(&cur);
-                match pt {
-                    PatchType::Json => crate::patch::json_patch(&mut scale, &patch),
-                    _ => crate::patch::merge_patch(&mut scale, &patch),
-                }
-                .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
-                let mut updated = (*cur).clone();
-                updated["spec"]["replicas"] = scale["spec"]["replicas"].clone();
-                let obj = cluster.update(info, &ns, name, updated, Sub::Main, &opts)?;
+                let obj = write(shared, |cluster| {
+                    let cur = cluster.get(info, &ns, name)?;
+                    let mut scale = scale_of(&cur);
+                    match pt {
+                        PatchType::Json => crate::patch::json_patch(&mut scale, &patch),
+                        _ => crate::patch::merge_patch(&mut scale, &patch),
+                    }
+                    .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
+                    let mut updated = (*cur).clone();
+                    updated["spec"]["replicas"] = scale["spec"]["replicas"].clone();
+                    cluster.update(info, &ns, name, updated, Sub::Main, &opts)
+                })?;
                 return Ok(json_response(200, &scale_of(&obj)));
             }
-            let (obj, created) = shared
-                .lock()
-                .patch(info, &ns, name, pt, &patch, sub, &opts)?;
+            let (obj, created) =
+                write(shared, |c| c.patch(info, &ns, name, pt, &patch, sub, &opts))?;
             Ok(object_response(
                 if created { 201 } else { 200 },
                 info,
@@ -654,7 +656,7 @@ fn resource_request(
         }
         (&Method::DELETE, Some(name)) => {
             let opts = delete_options(query, headers, body)?;
-            let obj = shared.lock().delete(info, &ns, name, &opts)?;
+            let obj = write(shared, |c| c.delete(info, &ns, name, &opts))?;
             let pending = !obj["metadata"]["deletionTimestamp"].is_null()
                 && obj["metadata"]["finalizers"]
                     .as_array()
@@ -673,15 +675,31 @@ fn resource_request(
         (&Method::DELETE, None) => {
             let opts = delete_options(query, headers, body)?;
             let list = list_options(info, query)?;
-            let result =
-                shared
-                    .lock()
-                    .delete_collection(info, rp.namespace.as_deref(), &list, &opts)?;
+            let result = write(shared, |c| {
+                c.delete_collection(info, rp.namespace.as_deref(), &list, &opts)
+            })?;
             Ok(json_response(200, &result))
         }
         _ => Err(ApiError::method_not_allowed(
             "the server does not allow this method on the requested resource",
         )),
+    }
+}
+
+/// Runs a write under the cluster lock. A write the store could not make durable (persistence
+/// refused its event) fails the request with a 500: nothing is acknowledged that a restart
+/// would not find.
+fn write<T>(
+    shared: &Shared,
+    op: impl FnOnce(&mut crate::cluster::Cluster) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    let mut cluster = shared.lock();
+    // A refusal left by a background write (workload simulation) is not this request's.
+    let _ = cluster.store.take_failure();
+    let done = op(&mut cluster);
+    match cluster.store.take_failure() {
+        Some(why) => Err(ApiError::internal(why)),
+        None => done,
     }
 }
 
