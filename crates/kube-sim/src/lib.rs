@@ -42,6 +42,7 @@ pub mod schema;
 pub mod selectors;
 mod server;
 pub mod shared;
+pub mod snapshot;
 pub mod store;
 pub mod testbed;
 pub mod tls;

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Seek, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 pub const LOG_FILE: &str = "events.jsonl";
 
@@ -147,14 +148,18 @@ pub fn read_log(path: &Path) -> Result<(Vec<Record>, u64), PersistenceError> {
 }
 
 /// Rebuilds the store from a log: replaying every event in order reproduces its resourceVersion.
+/// `store` is empty or holds a snapshot; records it already covers are skipped.
 pub fn replay(
     cluster: &mut Cluster,
+    mut store: Store,
     records: Vec<Record>,
-    history: usize,
     path: &Path,
 ) -> Result<(), PersistenceError> {
-    let mut store = Store::new(history);
+    let covered = store.resource_version();
     for (i, r) in records.into_iter().enumerate() {
+        if r.rv <= covered {
+            continue;
+        }
         if r.rv != store.resource_version() + 1 {
             return Err(PersistenceError::Corrupt {
                 path: path.to_path_buf(),
@@ -208,10 +213,26 @@ pub fn open(dir: &Path, cluster: &mut Cluster, history: usize) -> Result<(), Per
     };
     std::fs::create_dir_all(dir).map_err(io)?;
     let path = dir.join(LOG_FILE);
+    let mut store = Store::new(history);
+    let mut snapshot_len = 0;
+    let snapshot = crate::snapshot::read(dir).map_err(|why| PersistenceError::Corrupt {
+        path: dir.join(crate::snapshot::SNAPSHOT_FILE),
+        line: 0,
+        offset: 0,
+        why,
+    })?;
+    let from_snapshot = snapshot.is_some();
+    if let Some((rv, objects, size)) = snapshot {
+        for (key, obj) in objects {
+            store.restore(&key, obj);
+        }
+        store.restored_at(rv);
+        snapshot_len = size;
+    }
     let (records, valid_len) = read_log(&path)?;
-    let fresh = records.is_empty();
+    let fresh = records.is_empty() && !from_snapshot;
     if !fresh {
-        replay(cluster, records, history, &path)?;
+        replay(cluster, store, records, &path)?;
     }
     let mut file = OpenOptions::new()
         .create(true)
@@ -242,26 +263,92 @@ pub fn open(dir: &Path, cluster: &mut Cluster, history: usize) -> Result<(), Per
         // Make the log's directory entry durable too.
         let _ = d.sync_all();
     }
-    let log_path = path.clone();
-    let mut durable_len = file.metadata().map_err(io)?.len();
+    let durable_len = file.metadata().map_err(io)?.len();
+    let log = Arc::new(Mutex::new(Log {
+        file,
+        path: path.clone(),
+        dir: dir.to_path_buf(),
+        durable_len,
+        snapshot_len,
+    }));
+    let appender = log.clone();
     cluster.store.set_sink(Box::new(move |ev: &Event| {
+        appender
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .append(ev)
+    }));
+    cluster.store.set_compactor(Box::new(move |store: &Store| {
+        log.lock().unwrap_or_else(|p| p.into_inner()).compact(store);
+    }));
+    Ok(())
+}
+
+/// The open log of a data directory.
+struct Log {
+    file: File,
+    path: PathBuf,
+    dir: PathBuf,
+    /// Bytes of complete, fsync'd records.
+    durable_len: u64,
+    /// Size of the last snapshot: about the live data.
+    snapshot_len: u64,
+}
+
+impl Log {
+    fn append(&mut self, ev: &Event) -> Result<(), String> {
         let record = encode(ev);
-        match file.write_all(&record).and_then(|()| file.sync_data()) {
+        match self
+            .file
+            .write_all(&record)
+            .and_then(|()| self.file.sync_data())
+        {
             Ok(()) => {
-                durable_len += record.len() as u64;
+                self.durable_len += record.len() as u64;
                 Ok(())
             }
             Err(e) => {
                 // Cut a partial record away so the log stays valid for the next start.
-                let restored = file
-                    .set_len(durable_len)
-                    .and_then(|()| file.seek(std::io::SeekFrom::Start(durable_len)).map(drop));
-                tracing::error!(path = %log_path.display(), error = %e, restored = restored.is_ok(), "cannot persist a write; refusing it");
-                Err(format!("cannot persist the write to {}: {e}", log_path.display()))
+                let restored = self.truncate(self.durable_len);
+                tracing::error!(path = %self.path.display(), error = %e, restored = restored.is_ok(), "cannot persist a write; refusing it");
+                Err(format!(
+                    "cannot persist the write to {}: {e}",
+                    self.path.display()
+                ))
             }
         }
-    }));
-    Ok(())
+    }
+
+    fn truncate(&mut self, len: u64) -> std::io::Result<()> {
+        self.file.set_len(len)?;
+        self.file.seek(std::io::SeekFrom::Start(len))?;
+        Ok(())
+    }
+
+    /// Once the log outgrows the live data: snapshot, then empty the log. A crash between the
+    /// two leaves log records the snapshot covers; replay skips them.
+    fn compact(&mut self, store: &Store) {
+        let threshold = crate::snapshot::COMPACT_MIN_BYTES.max(2 * self.snapshot_len);
+        if self.durable_len <= threshold {
+            return;
+        }
+        let compacted = crate::snapshot::write(&self.dir, store).and_then(|size| {
+            self.truncate(0)?;
+            self.file.sync_all()?;
+            Ok(size)
+        });
+        match compacted {
+            Ok(size) => {
+                tracing::info!(dir = %self.dir.display(), log_bytes = self.durable_len, snapshot_bytes = size, "compacted the event log into a snapshot");
+                self.durable_len = 0;
+                self.snapshot_len = size;
+            }
+            // The log is still whole: compaction is retried after the next write.
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot compact the event log")
+            }
+        }
+    }
 }
 
 #[cfg(test)]

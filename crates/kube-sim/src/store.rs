@@ -101,6 +101,9 @@ fn owner_uids(obj: &Value) -> Vec<String> {
         .collect()
 }
 
+/// A hook that sees the store after each applied change (persistence compacts its log there).
+pub type Compactor = Box<dyn FnMut(&Store) + Send>;
+
 /// A hook that sees every event before it is applied and published (see `Store::set_sink`); an
 /// error refuses the event.
 pub type EventSink = Box<dyn FnMut(&Event) -> Result<(), String> + Send>;
@@ -121,6 +124,7 @@ pub struct Store {
     sink: Option<EventSink>,
     /// Why the sink last refused an event, until `take_failure`.
     failure: Option<String>,
+    compactor: Option<Compactor>,
 }
 
 impl Store {
@@ -137,7 +141,45 @@ impl Store {
             uids: HashMap::new(),
             sink: None,
             failure: None,
+            compactor: None,
         }
+    }
+
+    /// Installs the hook that sees the store after every later change.
+    pub fn set_compactor(&mut self, compactor: Compactor) {
+        self.compactor = Some(compactor);
+    }
+
+    fn after_change(&mut self) {
+        if let Some(mut compact) = self.compactor.take() {
+            compact(self);
+            self.compactor = Some(compact);
+        }
+    }
+
+    /// Puts an object back as a snapshot held it: no event, no new resourceVersion.
+    pub fn restore(&mut self, key: &StorageKey, obj: Value) {
+        let ok = obj_key(&obj);
+        self.index(key, &ok, None, Some(&obj));
+        self.objects
+            .entry(key.clone())
+            .or_default()
+            .insert(ok, Stored::encode(&obj));
+    }
+
+    /// After `restore`: the snapshot's resourceVersion; history starts there (older resumes
+    /// get `410 Gone`, as after an etcd compaction).
+    pub fn restored_at(&mut self, rv: u64) {
+        self.rv = rv;
+        self.history.clear();
+        self.history_floor = rv;
+    }
+
+    /// Every stored object with its storage key (snapshots).
+    pub fn all(&self) -> impl Iterator<Item = (&StorageKey, &Stored)> {
+        self.objects
+            .iter()
+            .flat_map(|(k, m)| m.values().map(move |s| (k, s)))
     }
 
     /// Installs the hook that sees every later event before it is published.
@@ -301,6 +343,7 @@ impl Store {
             .insert(ok.clone(), stored);
         let old = prev.as_ref().map(Stored::value);
         self.index(key, &ok, old.as_ref(), Some(&obj));
+        self.after_change();
         Arc::new(obj)
     }
 
@@ -323,6 +366,7 @@ impl Store {
             map.remove(ok);
         }
         self.index(key, ok, Some(&old.value()), None);
+        self.after_change();
         Some(Arc::new(last))
     }
 

@@ -184,3 +184,57 @@ fn a_corrupt_record_in_the_middle_is_refused_with_its_byte_offset() {
         "{err}"
     );
 }
+
+#[test]
+fn compaction_keeps_the_state_and_resource_versions_continue() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut c = Cluster::new(100);
+    persistence::open(dir.path(), &mut c, 100).expect("open");
+    let info = configmaps(&c);
+    let filler = "y".repeat(4096);
+    c.create(&info, "default", cm("kept", "0"), &WriteOptions::default())
+        .expect("create");
+    // A heartbeat-like stream of updates to one object: the log grows, the live data does not.
+    for round in 1..=600 {
+        let mut obj = (*c.get(&info, "default", "kept").expect("get")).clone();
+        obj["data"] = json!({"v": round.to_string(), "fill": filler});
+        c.update(
+            &info,
+            "default",
+            "kept",
+            obj,
+            kube_sim::cluster::Sub::Main,
+            &WriteOptions::default(),
+        )
+        .expect("update");
+    }
+    c.create(&info, "default", cm("last", "x"), &WriteOptions::default())
+        .expect("create");
+    let rv = c.store.resource_version();
+    drop(c);
+    let log_len = std::fs::metadata(dir.path().join(LOG_FILE))
+        .expect("log")
+        .len();
+    assert!(
+        log_len < 2 * 1024 * 1024,
+        "600 x 4 KiB of updates were compacted away: the log holds {log_len} B"
+    );
+    assert!(dir.path().join(kube_sim::snapshot::SNAPSHOT_FILE).exists());
+
+    let mut again = Cluster::new(100);
+    persistence::open(dir.path(), &mut again, 100).expect("reopen");
+    assert_eq!(again.store.resource_version(), rv);
+    let kept = again.get(&info, "default", "kept").expect("kept");
+    assert_eq!(kept["data"]["v"], "600");
+    assert_eq!(kept["metadata"]["resourceVersion"], (rv - 1).to_string());
+    assert!(again.get(&info, "default", "last").is_ok());
+    let created = again
+        .create(&info, "default", cm("after", "x"), &WriteOptions::default())
+        .expect("after");
+    assert_eq!(created["metadata"]["resourceVersion"], (rv + 1).to_string());
+    drop(again);
+    let mut third = Cluster::new(100);
+    persistence::open(dir.path(), &mut third, 100).expect("third start");
+    assert_eq!(third.store.resource_version(), rv + 1);
+    assert!(third.get(&info, "default", "after").is_ok());
+}
