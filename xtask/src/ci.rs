@@ -12,6 +12,9 @@ pub fn run() -> Result<()> {
     step("CRDs in the chart match the Rust types", || {
         crate::crdgen::run(&crate::crdgen::Args::check_chart())
     })?;
+    step("Helm chart lint (Helm's library)", || {
+        crate::chart::run(&crate::chart::Args::ci())
+    })?;
     step("clippy, warnings denied", || {
         cargo(&[
             "clippy",

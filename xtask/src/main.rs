@@ -7,9 +7,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod chart;
 mod ci;
 mod crdgen;
 mod demo;
+mod image;
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "Capstan workspace automation")]
@@ -26,6 +28,10 @@ enum Command {
     Demo(demo::Args),
     /// Build in release mode and run a benchmark: `cargo xtask bench nodeslo [-- --nodes 2000]`.
     Bench(bench::Args),
+    /// Build the container image (all binaries, FROM scratch, non-root) as an OCI archive under target/.
+    Image(image::Args),
+    /// Check the Helm chart with Helm's own library: lint, values schema, install/upgrade into kube-sim.
+    Chart(chart::Args),
     /// Run every gate CI runs: fmt, CRD drift, clippy, the test suite, the demo smoke run.
     Ci,
 }
@@ -46,6 +52,8 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Ci => ci::run(),
         Command::Bench(args) => bench::run(&args),
+        Command::Image(args) => image::run(&args),
+        Command::Chart(args) => chart::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

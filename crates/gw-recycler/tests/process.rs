@@ -2,27 +2,35 @@
 
 use capstan_runtime::testing::contract;
 
-const BIN: &str = env!("CARGO_BIN_EXE_gw-recycler");
+mod common;
+use common::{BIN, Cluster, HUB_NS};
 
 #[tokio::test]
 async fn serves_admin_endpoints_and_exits_zero_on_sigterm() {
-    contract::serves_admin_endpoints_and_exits_zero_on_sigterm(
-        BIN,
-        &["--role", "server"],
-        "gw-recycler",
-    )
-    .await;
+    let cluster = Cluster::start("127.40.0.0/16", HUB_NS).await;
+    let path = cluster.kubeconfig_path();
+    let args = [
+        "--kubeconfig",
+        path,
+        "--hub-kubeconfig",
+        path,
+        "--hub-namespace",
+        HUB_NS,
+    ];
+    contract::serves_admin_endpoints_and_exits_zero_on_sigterm(BIN, &args, "gw-recycler").await;
 }
 
 #[tokio::test]
 async fn reads_flags_from_the_environment_and_logs_json() {
-    contract::reads_flags_from_the_environment_and_logs_json(
-        BIN,
-        &["--role", "client"],
-        &[],
-        "gw-recycler",
-    )
-    .await;
+    let cluster = Cluster::start("127.41.0.0/16", HUB_NS).await;
+    let path = cluster.kubeconfig_path();
+    let envs = [
+        ("KUBECONFIG", path),
+        ("HUB_KUBECONFIG", path),
+        ("HUB_NAMESPACE", HUB_NS),
+        ("GW_RECYCLER_ROLE", "client"),
+    ];
+    contract::reads_flags_from_the_environment_and_logs_json(BIN, &[], &envs, "gw-recycler").await;
 }
 
 #[tokio::test]

@@ -423,10 +423,12 @@ fn render_path(path: &[Seg]) -> String {
                 s.push('.');
                 s.push_str(f);
             }
-            Seg::Key(k) => s.push_str(&format!(
-                "[{}]",
-                k.trim_matches(|c| c == '{' || c == '}').replace(':', "=")
-            )),
+            // structured-merge-diff's PathElement: `[name="c"]`, `[containerPort=80,protocol="TCP"]`.
+            Seg::Key(k) => {
+                let fields = serde_json::from_str::<Map<String, Value>>(k).unwrap_or_default();
+                let parts: Vec<String> = fields.iter().map(|(n, v)| format!("{n}={v}")).collect();
+                s.push_str(&format!("[{}]", parts.join(",")));
+            }
             Seg::Val(v) => s.push_str(&format!("[={v}]")),
         }
     }
@@ -520,7 +522,12 @@ pub fn apply(
         let clashing: Vec<Path> = e
             .fields
             .intersection(&new_set)
-            .filter(|p| get_path(base, p) != get_path(applied, p))
+            // As structured-merge-diff: only values conflict. A map or list item present in both
+            // (its `.` entry) is shared, whatever fields defaulting added to the live one.
+            .filter(|p| match get_path(applied, p) {
+                Some(Value::Object(_)) => false,
+                a => get_path(base, p) != a,
+            })
             .cloned()
             .collect();
         if force {
@@ -633,6 +640,60 @@ mod tests {
             !e.fields
                 .contains(&vec![Seg::Field("data".into()), Seg::Field("x".into())])
         }));
+    }
+
+    #[test]
+    fn the_same_value_applied_by_two_managers_is_shared_not_a_conflict() {
+        let live_defaulted = |mut obj: Value| {
+            // What defaulting adds to a container after the first apply.
+            obj["spec"]["containers"][0]["imagePullPolicy"] = json!("IfNotPresent");
+            obj
+        };
+        let manifest = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                              "spec": {"containers": [{"name": "c", "image": "nginx:1.25"}]}});
+        let obj = apply(
+            None,
+            &manifest,
+            &writer("alice"),
+            false,
+            ListTypes::builtin(),
+        )
+        .expect("first apply");
+        let obj = live_defaulted(obj);
+        let obj = apply(
+            Some(&obj),
+            &manifest,
+            &writer("bob"),
+            false,
+            ListTypes::builtin(),
+        )
+        .expect("the same values are shared");
+        let image = vec![
+            Seg::Field("spec".into()),
+            Seg::Field("containers".into()),
+            Seg::Key(r#"{"name":"c"}"#.into()),
+            Seg::Field("image".into()),
+        ];
+        let owners: Vec<String> = read_managed(&obj)
+            .into_iter()
+            .filter(|e| e.fields.contains(&image))
+            .map(|e| e.manager)
+            .collect();
+        assert_eq!(owners, ["alice", "bob"]);
+        let mut changed = manifest.clone();
+        changed["spec"]["containers"][0]["image"] = json!("nginx:1.26");
+        let err = apply(
+            Some(&obj),
+            &changed,
+            &writer("carol"),
+            false,
+            ListTypes::builtin(),
+        )
+        .expect_err("a different value conflicts with both owners");
+        assert_eq!(
+            err.message(),
+            "Apply failed with 2 conflicts: conflict with \"alice\" using v1: .spec.containers[name=\"c\"].image\n conflict with \"bob\" using v1: .spec.containers[name=\"c\"].image"
+        );
     }
 
     #[test]

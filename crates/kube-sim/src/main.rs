@@ -45,6 +45,22 @@ enum Command {
         /// IPv4 CIDR that simulated Pods get their `podIP` from.
         #[arg(long, env = "KUBE_SIM_POD_CIDR", default_value = "127.10.0.0/16")]
         pod_cidr: String,
+        /// `IMAGE=DIR` (repeatable): containers of IMAGE (tag ignored) run as host processes,
+        /// `DIR/<command[0]>` with their args and env (needs --simulate-workloads).
+        #[arg(
+            long = "exec-images",
+            env = "KUBE_SIM_EXEC_IMAGES",
+            value_delimiter = ','
+        )]
+        exec_images: Vec<String>,
+        /// `pods/exec` runs the client's command on this host for every pod (not only for
+        /// --exec-images containers). Off by default: it lets any client run host commands.
+        #[arg(long, env = "KUBE_SIM_EXEC_HOST_COMMANDS")]
+        exec_host_commands: bool,
+        /// Back-off before restarting a crashing container the second time (doubling, capped at
+        /// 30 times this), as kubelet's 10s and 5m.
+        #[arg(long, env = "KUBE_SIM_RESTART_BACKOFF_SECONDS", default_value_t = 10.0)]
+        restart_backoff_seconds: f64,
         /// Static bearer tokens, one `token,user,uid,"group1,group2"` per line (turns on
         /// authentication; the written kubeconfig then carries an admin token).
         #[arg(long, env = "KUBE_SIM_TOKEN_FILE")]
@@ -87,6 +103,9 @@ async fn main() -> anyhow::Result<()> {
                 faults,
                 simulate_workloads,
                 pod_cidr,
+                exec_images,
+                exec_host_commands,
+                restart_backoff_seconds,
                 token_file,
                 authorization_mode,
                 anonymous_requests,
@@ -122,6 +141,21 @@ async fn main() -> anyhow::Result<()> {
         },
         workloads: kube_sim::workloads::WorkloadOptions {
             pod_cidr,
+            ..Default::default()
+        },
+        kubelet: kube_sim::kubelet::KubeletConfig {
+            exec_images: exec_images
+                .iter()
+                .map(|f| kube_sim::kubelet::parse_exec_image(f))
+                .collect::<Result<_, _>>()
+                .context("reading --exec-images")?,
+            exec_host_commands,
+            restart_backoff: std::time::Duration::try_from_secs_f64(restart_backoff_seconds)
+                .context("reading --restart-backoff-seconds")?,
+            max_restart_backoff: std::time::Duration::try_from_secs_f64(
+                restart_backoff_seconds * 30.0,
+            )
+            .context("reading --restart-backoff-seconds")?,
             ..Default::default()
         },
         ..Default::default()

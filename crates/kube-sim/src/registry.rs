@@ -90,234 +90,64 @@ impl ResourceInfo {
     }
 }
 
-struct Builtin {
-    group: &'static str,
-    version: &'static str,
-    kind: &'static str,
-    plural: &'static str,
-    namespaced: bool,
-    short: &'static [&'static str],
-    categories: &'static [&'static str],
-    subresources: &'static [&'static str],
-    generation: bool,
-}
-
-#[allow(clippy::too_many_arguments)]
-const fn b(
-    group: &'static str,
-    version: &'static str,
-    kind: &'static str,
-    plural: &'static str,
-    namespaced: bool,
-    short: &'static [&'static str],
-    categories: &'static [&'static str],
-    subresources: &'static [&'static str],
-    generation: bool,
-) -> Builtin {
-    Builtin {
-        group,
-        version,
-        kind,
-        plural,
-        namespaced,
-        short,
-        categories,
-        subresources,
-        generation,
-    }
-}
-
-const BUILTINS: &[Builtin] = &[
-    b(
-        "",
-        "v1",
-        "Namespace",
-        "namespaces",
-        false,
-        &["ns"],
-        &[],
-        &["status", "finalize"],
-        false,
-    ),
-    b(
-        "",
-        "v1",
-        "Node",
-        "nodes",
-        false,
-        &["no"],
-        &[],
-        &["status"],
-        false,
-    ),
-    b(
-        "",
-        "v1",
-        "Pod",
-        "pods",
-        true,
-        &["po"],
-        &["all"],
-        &["status", "eviction"],
-        false,
-    ),
-    b(
-        "",
-        "v1",
-        "ConfigMap",
-        "configmaps",
-        true,
-        &["cm"],
-        &[],
-        &[],
-        false,
-    ),
-    b("", "v1", "Secret", "secrets", true, &[], &[], &[], false),
-    b(
-        "",
-        "v1",
-        "Service",
-        "services",
-        true,
-        &["svc"],
-        &["all"],
-        &["status"],
-        false,
-    ),
-    b(
-        "",
-        "v1",
-        "ServiceAccount",
-        "serviceaccounts",
-        true,
-        &["sa"],
-        &[],
-        &[],
-        false,
-    ),
-    b("", "v1", "Event", "events", true, &["ev"], &[], &[], false),
-    b(
-        "",
-        "v1",
-        "Endpoints",
-        "endpoints",
-        true,
-        &["ep"],
-        &[],
-        &[],
-        false,
-    ),
-    b(
-        "apps",
-        "v1",
-        "Deployment",
-        "deployments",
-        true,
-        &["deploy"],
-        &["all"],
-        &["status", "scale"],
-        true,
-    ),
-    b(
-        "apps",
-        "v1",
-        "ReplicaSet",
-        "replicasets",
-        true,
-        &["rs"],
-        &["all"],
-        &["status", "scale"],
-        true,
-    ),
-    b(
-        "coordination.k8s.io",
-        "v1",
-        "Lease",
-        "leases",
-        true,
-        &[],
-        &[],
-        &[],
-        false,
-    ),
-    b(
-        "events.k8s.io",
-        "v1",
-        "Event",
-        "events",
-        true,
-        &["ev"],
-        &[],
-        &[],
-        false,
-    ),
-    b(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "Role",
-        "roles",
-        true,
-        &[],
-        &[],
-        &[],
-        false,
-    ),
-    b(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "ClusterRole",
-        "clusterroles",
-        false,
-        &[],
-        &[],
-        &[],
-        false,
-    ),
-    b(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "RoleBinding",
-        "rolebindings",
-        true,
-        &[],
-        &[],
-        &[],
-        false,
-    ),
-    b(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "ClusterRoleBinding",
-        "clusterrolebindings",
-        false,
-        &[],
-        &[],
-        &[],
-        false,
-    ),
-    b(
-        "storage.k8s.io",
-        "v1",
-        "VolumeAttachment",
-        "volumeattachments",
-        false,
-        &[],
-        &[],
-        &["status"],
-        false,
-    ),
-    b(
-        "apiextensions.k8s.io",
-        "v1",
-        "CustomResourceDefinition",
-        "customresourcedefinitions",
-        false,
-        &["crd", "crds"],
-        &["api-extensions"],
-        &["status"],
-        true,
-    ),
-];
+/// Every resource kube-apiserver 1.33 serves by default (besides the create-only reviews and
+/// `bindings`), in discovery order: group version kind plural scope short-names categories
+/// subresources generation (`-` for none; lists comma-separated; `gen` when spec changes bump
+/// `metadata.generation`).
+const BUILTINS: &str = "
+- v1 Namespace namespaces cluster ns - status,finalize -
+- v1 Node nodes cluster no - status -
+- v1 Pod pods ns po all status,eviction -
+- v1 ConfigMap configmaps ns cm - - -
+- v1 Secret secrets ns - - - -
+- v1 Service services ns svc all status -
+- v1 ServiceAccount serviceaccounts ns sa - - -
+- v1 Event events ns ev - - -
+- v1 Endpoints endpoints ns ep - - -
+- v1 LimitRange limitranges ns limits - - -
+- v1 PersistentVolume persistentvolumes cluster pv - status -
+- v1 PersistentVolumeClaim persistentvolumeclaims ns pvc - status -
+- v1 PodTemplate podtemplates ns - - - -
+- v1 ReplicationController replicationcontrollers ns rc all status,scale gen
+- v1 ResourceQuota resourcequotas ns quota - status -
+admissionregistration.k8s.io v1 MutatingWebhookConfiguration mutatingwebhookconfigurations cluster - api-extensions - gen
+admissionregistration.k8s.io v1 ValidatingWebhookConfiguration validatingwebhookconfigurations cluster - api-extensions - gen
+admissionregistration.k8s.io v1 ValidatingAdmissionPolicy validatingadmissionpolicies cluster - api-extensions status gen
+admissionregistration.k8s.io v1 ValidatingAdmissionPolicyBinding validatingadmissionpolicybindings cluster - api-extensions - gen
+apiextensions.k8s.io v1 CustomResourceDefinition customresourcedefinitions cluster crd,crds api-extensions status gen
+apiregistration.k8s.io v1 APIService apiservices cluster - api-extensions status -
+apps v1 ControllerRevision controllerrevisions ns - - - -
+apps v1 DaemonSet daemonsets ns ds all status gen
+apps v1 Deployment deployments ns deploy all status,scale gen
+apps v1 ReplicaSet replicasets ns rs all status,scale gen
+apps v1 StatefulSet statefulsets ns sts all status,scale gen
+autoscaling v2 HorizontalPodAutoscaler horizontalpodautoscalers ns hpa all status gen
+batch v1 CronJob cronjobs ns cj all status gen
+batch v1 Job jobs ns - all status gen
+certificates.k8s.io v1 CertificateSigningRequest certificatesigningrequests cluster csr - status -
+coordination.k8s.io v1 Lease leases ns - - - -
+discovery.k8s.io v1 EndpointSlice endpointslices ns - - - -
+events.k8s.io v1 Event events ns ev - - -
+flowcontrol.apiserver.k8s.io v1 FlowSchema flowschemas cluster - - status gen
+flowcontrol.apiserver.k8s.io v1 PriorityLevelConfiguration prioritylevelconfigurations cluster - - status gen
+networking.k8s.io v1 IngressClass ingressclasses cluster - - - -
+networking.k8s.io v1 Ingress ingresses ns ing - status gen
+networking.k8s.io v1 IPAddress ipaddresses cluster ip - - -
+networking.k8s.io v1 NetworkPolicy networkpolicies ns netpol - - gen
+networking.k8s.io v1 ServiceCIDR servicecidrs cluster - - status -
+node.k8s.io v1 RuntimeClass runtimeclasses cluster - - - -
+policy v1 PodDisruptionBudget poddisruptionbudgets ns pdb - status gen
+rbac.authorization.k8s.io v1 ClusterRoleBinding clusterrolebindings cluster - - - -
+rbac.authorization.k8s.io v1 ClusterRole clusterroles cluster - - - -
+rbac.authorization.k8s.io v1 RoleBinding rolebindings ns - - - -
+rbac.authorization.k8s.io v1 Role roles ns - - - -
+scheduling.k8s.io v1 PriorityClass priorityclasses cluster pc - - -
+storage.k8s.io v1 CSIDriver csidrivers cluster - - - -
+storage.k8s.io v1 CSINode csinodes cluster - - - -
+storage.k8s.io v1 CSIStorageCapacity csistoragecapacities ns - - - -
+storage.k8s.io v1 StorageClass storageclasses cluster sc - - -
+storage.k8s.io v1 VolumeAttachment volumeattachments cluster - - status -
+";
 
 fn col(name: &str, type_: &str, json_path: &str, priority: i64) -> PrinterColumn {
     PrinterColumn {
@@ -389,24 +219,48 @@ fn builtin_columns(group: &str, plural: &str) -> Vec<PrinterColumn> {
 
 /// The built-in resources, in discovery order.
 pub fn builtin_resources() -> Vec<ResourceInfo> {
+    let list = |s: &str| -> Vec<String> {
+        s.split(',')
+            .filter(|x| *x != "-")
+            .map(String::from)
+            .collect()
+    };
     BUILTINS
-        .iter()
-        .map(|b| ResourceInfo {
-            group: b.group.into(),
-            version: b.version.into(),
-            kind: b.kind.into(),
-            list_kind: format!("{}List", b.kind),
-            plural: b.plural.into(),
-            singular: b.kind.to_lowercase(),
-            namespaced: b.namespaced,
-            short_names: b.short.iter().map(|s| s.to_string()).collect(),
-            categories: b.categories.iter().map(|s| s.to_string()).collect(),
-            subresources: b.subresources.iter().map(|s| s.to_string()).collect(),
-            has_generation: b.generation,
-            custom: false,
-            schema: None,
-            printer_columns: builtin_columns(b.group, b.plural),
-            storage_version: b.version.into(),
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let [
+                group,
+                version,
+                kind,
+                plural,
+                scope,
+                short,
+                categories,
+                subs,
+                generation,
+            ] = f.as_slice()
+            else {
+                return None;
+            };
+            let group = if *group == "-" { "" } else { group };
+            Some(ResourceInfo {
+                group: group.into(),
+                version: (*version).into(),
+                kind: (*kind).into(),
+                list_kind: format!("{kind}List"),
+                plural: (*plural).into(),
+                singular: kind.to_lowercase(),
+                namespaced: *scope == "ns",
+                short_names: list(short),
+                categories: list(categories),
+                subresources: list(subs),
+                has_generation: *generation == "gen",
+                custom: false,
+                schema: None,
+                printer_columns: builtin_columns(group, plural),
+                storage_version: (*version).into(),
+            })
         })
         .collect()
 }

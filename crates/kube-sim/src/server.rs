@@ -23,6 +23,8 @@ pub struct Config {
     /// Run the workload simulation (Deployments -> ReplicaSets -> running Pods, see `workloads.rs`).
     pub simulate_workloads: bool,
     pub workloads: crate::workloads::WorkloadOptions,
+    /// Containers that really run (`--exec-images`), their logs and exec (see `kubelet/`).
+    pub kubelet: crate::kubelet::KubeletConfig,
     /// Persist every acknowledged write here and replay it at start (see `persistence.rs`).
     pub data_dir: Option<std::path::PathBuf>,
     /// Bearer-token authentication and RBAC (off by default: every request is admin).
@@ -40,6 +42,7 @@ impl Default for Config {
             faults: crate::faults::FaultConfig::default(),
             simulate_workloads: false,
             workloads: crate::workloads::WorkloadOptions::default(),
+            kubelet: crate::kubelet::KubeletConfig::default(),
             data_dir: None,
             auth: crate::auth::AuthConfig::default(),
             tls: false,
@@ -91,7 +94,7 @@ where
 
 impl KubeSim {
     /// Binds and starts serving; returns once the listener accepts connections.
-    pub async fn start(config: Config) -> Result<Self, Error> {
+    pub async fn start(mut config: Config) -> Result<Self, Error> {
         let listener = tokio::net::TcpListener::bind(config.addr)
             .await
             .map_err(|source| Error::Bind {
@@ -111,13 +114,19 @@ impl KubeSim {
         let app = axum::Router::new()
             .fallback(dispatch)
             .with_state(shared.clone());
-        let testbed = crate::testbed::Testbed::start(&config, shared.clone())?;
-        let app = testbed.wrap(app);
         let tls = if config.tls {
             Some(Arc::new(crate::tls::TlsMaterial::generate(addr.ip())?))
         } else {
             None
         };
+        // Every namespace's kube-root-ca.crt carries the CA clients verify this server with.
+        if let Some(tls) = &tls {
+            config.workloads.root_ca = tls.ca_pem.clone();
+        }
+        let testbed = crate::testbed::Testbed::start(&config, shared.clone())?;
+        // Pod logs, exec, attach and port-forward are served by the kubelet side (http/stream.rs).
+        let app = crate::http::stream::wrap(app, shared.clone(), testbed.kubelet.clone());
+        let app = testbed.wrap(app);
         let task = match &tls {
             Some(tls) => tokio::spawn(serve(tls.listener(listener), app, shutdown)),
             None => tokio::spawn(serve(listener, app, shutdown)),
@@ -212,6 +221,7 @@ impl KubeSim {
     /// Stops serving: open watches end, in-flight requests finish.
     pub async fn shutdown(self) {
         self.shared.shutdown.cancel();
+        self.testbed.kubelet.shutdown().await;
         let _ = self.task.await;
     }
 }

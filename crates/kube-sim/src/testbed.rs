@@ -34,6 +34,7 @@ pub struct Testbed {
     pub counters: RequestCounters,
     pub faults: FaultInjector,
     pub(crate) nodes: Arc<Nodes>,
+    pub(crate) kubelet: Arc<crate::kubelet::Kubelet>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) auth: Authenticator,
 }
@@ -46,6 +47,8 @@ pub enum TestbedError {
     Auth(#[from] crate::auth::AuthError),
     #[error(transparent)]
     Persistence(#[from] crate::persistence::PersistenceError),
+    #[error(transparent)]
+    Kubelet(#[from] crate::kubelet::KubeletError),
 }
 
 impl Testbed {
@@ -60,13 +63,17 @@ impl Testbed {
             counters: RequestCounters::default(),
             faults: FaultInjector::new(config.faults.clone()),
             nodes: Arc::new(Nodes::default()),
+            kubelet: Arc::new(crate::kubelet::Kubelet::new(config.kubelet.clone())?),
             shared: shared.clone(),
             auth: Authenticator::new(&config.auth)?,
         });
         crate::workloads::spawn(
             shared,
-            tb.nodes.clone(),
-            config.workloads.clone(),
+            crate::workloads::Simulation {
+                options: config.workloads.clone(),
+                nodes: tb.nodes.clone(),
+                kubelet: tb.kubelet.clone(),
+            },
             config.simulate_workloads,
         );
         Ok(tb)

@@ -215,6 +215,20 @@ pub fn base64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
+/// Standard base64 decoding with optional padding (as main's hand-rolled decoder accepted),
+/// `None` on any character outside the alphabet.
+pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    use base64::Engine;
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    const LENIENT: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new()
+            .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+            .with_decode_allow_trailing_bits(true),
+    );
+    LENIENT.decode(s).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,5 +264,14 @@ mod tests {
         assert_eq!(r.name_suffix().len(), 5);
         assert_eq!(base64(b"hello"), "aGVsbG8=");
         assert_eq!(base64(b"hi!"), "aGkh");
+    }
+
+    #[test]
+    fn base64_decode_takes_padded_and_unpadded_and_refuses_foreign_characters() {
+        assert_eq!(base64_decode("aGVsbG8=").as_deref(), Some(&b"hello"[..]));
+        assert_eq!(base64_decode("aGVsbG8").as_deref(), Some(&b"hello"[..]));
+        assert_eq!(base64_decode("").as_deref(), Some(&b""[..]));
+        assert_eq!(base64_decode("aGVs*G8="), None);
+        assert_eq!(base64_decode("aGVs bG8="), None);
     }
 }

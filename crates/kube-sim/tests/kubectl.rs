@@ -3,76 +3,10 @@
 mod common;
 
 use serde_json::Value;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-struct Kubectl {
-    kubeconfig: PathBuf,
-    dir: tempfile::TempDir,
-}
-
-struct Out {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-impl Kubectl {
-    fn available() -> bool {
-        std::process::Command::new("kubectl")
-            .args(["version", "--client"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    }
-
-    fn new(sim: &kube_sim::KubeSim) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let kubeconfig = dir.path().join("kubeconfig");
-        sim.write_kubeconfig(&kubeconfig)
-            .expect("kubeconfig written");
-        Self { kubeconfig, dir }
-    }
-
-    fn file(&self, name: &str, content: &str) -> String {
-        let p = self.dir.path().join(name);
-        std::fs::write(&p, content).expect("write manifest");
-        p.display().to_string()
-    }
-
-    fn command(&self, args: &[&str]) -> tokio::process::Command {
-        let mut c = tokio::process::Command::new("kubectl");
-        c.env("KUBECONFIG", &self.kubeconfig)
-            .env("HOME", self.dir.path())
-            .arg("--cache-dir")
-            .arg(self.dir.path().join("cache"))
-            .args(args)
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        c
-    }
-
-    async fn run(&self, args: &[&str]) -> Out {
-        let out = self.command(args).output().await.expect("kubectl runs");
-        Out {
-            ok: out.status.success(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-
-    async fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args).await;
-        assert!(
-            out.ok,
-            "kubectl {args:?} failed:\n{}\n{}",
-            out.stdout, out.stderr
-        );
-        out.stdout
-    }
-}
+use common::kubectl::Kubectl;
 
 const CRD: &str = r#"
 apiVersion: apiextensions.k8s.io/v1

@@ -2,7 +2,9 @@
 //! encode), so that accounting and fault injection can hook in at a single place.
 
 mod discovery;
+mod exec;
 mod openapi;
+pub mod stream;
 pub mod table;
 mod watch;
 
@@ -48,20 +50,28 @@ fn error_response(err: &ApiError) -> Response {
 }
 
 /// Query parameters (last value wins, as Go's `url.Values.Get` returns the first; clients send one).
-struct Query(Vec<(String, String)>);
+pub(crate) struct Query(Vec<(String, String)>);
 
 impl Query {
-    fn parse(q: Option<&str>) -> Self {
+    pub(crate) fn parse(q: Option<&str>) -> Self {
         Self(
             form_urlencoded::parse(q.unwrap_or("").as_bytes())
                 .into_owned()
                 .collect(),
         )
     }
-    fn get(&self, k: &str) -> Option<&str> {
+    pub(crate) fn get(&self, k: &str) -> Option<&str> {
         self.0.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str())
     }
-    fn flag(&self, k: &str) -> bool {
+    /// Every value of a repeated parameter (exec's `command`).
+    pub(crate) fn all(&self, k: &str) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|(a, _)| a == k)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+    pub(crate) fn flag(&self, k: &str) -> bool {
         matches!(self.get(k), Some("true" | "1" | "True"))
     }
 }
@@ -264,9 +274,12 @@ fn decode_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json");
     if ct.contains("protobuf") {
-        return crate::proto::decode(body).map_err(|e| {
-            tracing::debug!(error = %e, "protobuf body not supported");
-            ApiError::unsupported_media_type(ct, &["application/json", "application/yaml"])
+        // Protobuf hook: built-in kinds decode; custom kinds answer 415 as kube-apiserver does.
+        return crate::protobuf::decode(body).map_err(|e| match e {
+            crate::protobuf::ProtoError::NotProtobuf(_) | crate::protobuf::ProtoError::NoMagic => {
+                ApiError::unsupported_media_type(ct, &["application/json", "application/yaml"])
+            }
+            e => ApiError::bad_request(e.to_string()),
         });
     }
     if ct.contains("yaml") {
@@ -494,6 +507,17 @@ fn object_response(
     if wants_partial(accept) {
         return json_response(code, &partial_object(obj));
     }
+    protobuf_or_json(code, obj, accept)
+}
+
+/// Protobuf hook: answers in protobuf when the client asks for it first and the kind has a
+/// message (built-in kinds), else in JSON (client-go's `*/*` fallback for custom resources).
+fn protobuf_or_json(code: u16, obj: &Value, accept: &str) -> Response {
+    if crate::protobuf::wants_protobuf(accept)
+        && let Ok(body) = crate::protobuf::encode(obj)
+    {
+        return bytes_response(code, Bytes::from(body), crate::protobuf::MEDIA_TYPE);
+    }
     json_response(code, obj)
 }
 
@@ -578,11 +602,12 @@ fn resource_request(
                 let t = table::to_table(info, &result.values(), list_meta(&result), true, include);
                 return Ok(json_response(200, &t));
             }
-            Ok(bytes_response(
-                200,
-                list_bytes(info, &result, wants_partial(accept)),
-                "application/json",
-            ))
+            let body = list_bytes(info, &result, wants_partial(accept));
+            if crate::protobuf::wants_protobuf(accept) && !info.custom {
+                let list: Value = serde_json::from_slice(&body).unwrap_or_default();
+                return Ok(protobuf_or_json(200, &list, accept));
+            }
+            Ok(bytes_response(200, body, "application/json"))
         }
         (&Method::GET, Some(name)) => {
             let obj = shared.lock().get(info, &ns, name)?;
@@ -592,10 +617,15 @@ fn resource_request(
             Ok(object_response(200, info, &obj, accept, query))
         }
         (&Method::POST, None) => {
-            let body = decode_body(headers, body)?;
+            let raw = body;
+            let mut body = decode_body(headers, raw)?;
+            let warnings = validate_builtin(info, &mut body, raw, query)?;
             let opts = write_options(query, headers, false);
             let created = write(shared, |c| c.create(info, &ns, body, &opts))?;
-            Ok(object_response(201, info, &created, accept, query))
+            Ok(with_warnings(
+                object_response(201, info, &created, accept, query),
+                &warnings,
+            ))
         }
         (&Method::POST, Some(name)) if rp.sub.as_deref() == Some("eviction") => {
             write(shared, |c| {
@@ -607,7 +637,9 @@ fn resource_request(
             ))
         }
         (&Method::PUT, Some(name)) => {
-            let body = decode_body(headers, body)?;
+            let raw = body;
+            let mut body = decode_body(headers, raw)?;
+            let warnings = validate_builtin(info, &mut body, raw, query)?;
             let opts = write_options(query, headers, false);
             if rp.sub.as_deref() == Some("scale") {
                 let replicas = body["spec"]["replicas"].clone();
@@ -623,11 +655,20 @@ fn resource_request(
                 return Ok(json_response(200, &scale_of(&obj)));
             }
             let obj = write(shared, |c| c.update(info, &ns, name, body, sub, &opts))?;
-            Ok(object_response(200, info, &obj, accept, query))
+            Ok(with_warnings(
+                object_response(200, info, &obj, accept, query),
+                &warnings,
+            ))
         }
         (&Method::PATCH, Some(name)) => {
             let pt = patch_type(headers)?;
-            let patch = decode_body(headers, body)?;
+            let raw = body;
+            let mut patch = decode_body(headers, raw)?;
+            let warnings = if pt == PatchType::Json {
+                vec![]
+            } else {
+                validate_builtin(info, &mut patch, raw, query)?
+            };
             let opts = write_options(query, headers, pt == PatchType::Apply);
             if rp.sub.as_deref() == Some("scale") {
                 let obj = write(shared, |cluster| {
@@ -646,12 +687,9 @@ fn resource_request(
             }
             let (obj, created) =
                 write(shared, |c| c.patch(info, &ns, name, pt, &patch, sub, &opts))?;
-            Ok(object_response(
-                if created { 201 } else { 200 },
-                info,
-                &obj,
-                accept,
-                query,
+            Ok(with_warnings(
+                object_response(if created { 201 } else { 200 }, info, &obj, accept, query),
+                &warnings,
             ))
         }
         (&Method::DELETE, Some(name)) => {
@@ -703,15 +741,63 @@ fn write<T>(
     }
 }
 
+/// Field validation hook (`crate::validation`): built-in kinds are checked against their
+/// declared fields by the body's own apiVersion/kind (a Scale for `/scale`), else the resource's.
+fn validate_builtin(
+    info: &ResourceInfo,
+    body: &mut Value,
+    raw: &Bytes,
+    query: &Query,
+) -> Result<Vec<String>, ApiError> {
+    let mode = crate::validation::Mode::parse(query.get("fieldValidation"))?;
+    if info.custom {
+        return Ok(vec![]);
+    }
+    let api_version = body["apiVersion"]
+        .as_str()
+        .map_or_else(|| info.api_version(), String::from);
+    let kind = body["kind"]
+        .as_str()
+        .map_or_else(|| info.kind.clone(), String::from);
+    // Protobuf and YAML bodies cannot repeat a field the way JSON text can.
+    let duplicates = if raw.first() == Some(&b'{') {
+        crate::validation::duplicate_fields(raw)
+    } else {
+        vec![]
+    };
+    crate::validation::admit(&api_version, &kind, body, &duplicates, mode)
+}
+
+/// kube-apiserver's `Warning: 299 - "..."` headers, one per warning.
+fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");
+        if let Ok(v) = http::HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
+            r.headers_mut().append(header::WARNING, v);
+        }
+    }
+    r
+}
+
 /// Kinds whose registry sets `ReturnDeletedObject` answer a completed DELETE with the object;
 /// the others with a `Status` Success naming it.
 fn returns_deleted_object(info: &ResourceInfo) -> bool {
     info.custom
         || matches!(
             (info.group.as_str(), info.plural.as_str()),
-            ("", "pods" | "services" | "namespaces" | "nodes")
-                | ("apps", _)
-                | ("apiextensions.k8s.io", _)
+            (
+                "",
+                "pods"
+                    | "services"
+                    | "namespaces"
+                    | "nodes"
+                    | "replicationcontrollers"
+                    | "persistentvolumes"
+                    | "persistentvolumeclaims"
+            ) | (
+                "apps" | "batch" | "policy" | "networking.k8s.io" | "autoscaling",
+                _
+            ) | ("apiextensions.k8s.io", _)
                 | ("storage.k8s.io", _)
         )
 }
@@ -766,6 +852,7 @@ fn watch(
         labels: opts.labels,
         fields: opts.fields,
         table: wants_table(accept),
+        protobuf: crate::protobuf::wants_protobuf(accept) && !info.custom,
     };
     let send_initial_events = query.flag("sendInitialEvents");
     if send_initial_events && query.get("resourceVersionMatch") != Some("NotOlderThan") {
@@ -795,9 +882,14 @@ fn watch(
         watch::start(&cluster, filter, &req, ends)?
     };
     let mut r = Response::new(Body::from_stream(stream));
+    let content_type = if crate::protobuf::wants_protobuf(accept) && !info.custom {
+        "application/vnd.kubernetes.protobuf;stream=watch"
+    } else {
+        "application/json"
+    };
     r.headers_mut().insert(
         header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
+        http::HeaderValue::from_static(content_type),
     );
     r.headers_mut().insert(
         header::CACHE_CONTROL,

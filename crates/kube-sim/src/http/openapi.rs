@@ -154,7 +154,29 @@ pub fn v3_document(registry: &Registry, group: &str, version: &str) -> Option<Va
         .filter(|r| r.group == group && r.version == version)
     {
         let def = definition_name(info);
-        schemas.insert(def.clone(), kind_schema(info));
+        // Built-in kinds: their full schemas, from the protobuf field table.
+        let builtin = (!info.custom)
+            .then(|| crate::protobuf::openapi::components(&info.api_version(), &info.kind))
+            .flatten();
+        match builtin {
+            Some((root, components)) => {
+                for (name, mut schema) in components {
+                    if name == root {
+                        schema["x-kubernetes-group-version-kind"] = json!([gvk(info)]);
+                    }
+                    schemas.entry(name).or_insert(schema);
+                }
+                if root != def {
+                    schemas.insert(
+                        def.clone(),
+                        json!({"allOf": [{"$ref": format!("#/components/schemas/{root}")}]}),
+                    );
+                }
+            }
+            None => {
+                schemas.insert(def.clone(), kind_schema(info));
+            }
+        }
         let base = format!("/{}", gv_path(group, version));
         let collection = if info.namespaced {
             format!("{base}/namespaces/{{namespace}}/{}", info.plural)

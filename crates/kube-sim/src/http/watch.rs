@@ -23,6 +23,8 @@ pub struct WatchFilter {
     pub labels: LabelSelector,
     pub fields: FieldSelector,
     pub table: bool,
+    /// Frames in Kubernetes' protobuf watch framing instead of JSON lines (`crate::protobuf`).
+    pub protobuf: bool,
 }
 
 impl WatchFilter {
@@ -40,13 +42,13 @@ impl WatchFilter {
         self.labels.matches(&tree) && self.fields.matches(&tree)
     }
 
-    /// Appends the line for a stored object: its bytes as they are when no conversion or Table
-    /// is asked for (one serialization shared by every watcher), else rendered.
+    /// Appends the line for a stored object: its bytes as they are when no conversion, Table or
+    /// protobuf is asked for (one serialization shared by every watcher), else rendered.
     fn stored_line_into(&self, type_: &str, obj: &Stored, out: &mut Vec<u8>) {
         let same_version = obj
             .api_version()
             .is_some_and(|av| self.info.is_api_version(&av));
-        if self.table || !same_version {
+        if self.table || !same_version || self.protobuf {
             self.line_into(type_, &obj.value(), out);
         } else {
             Self::raw_line_into(type_, out, |out| out.extend_from_slice(obj.json()));
@@ -55,6 +57,12 @@ impl WatchFilter {
 
     /// Appends one `{"type","object"}` line for `obj`, converted and tabled as asked.
     fn line_into(&self, type_: &str, obj: &Value, out: &mut Vec<u8>) {
+        if self.protobuf {
+            // Protobuf watch hook: one length-prefixed WatchEvent frame.
+            let obj = crate::convert::from_storage(&self.info, obj);
+            out.extend(crate::protobuf::encode_watch_frame(type_, &obj).unwrap_or_default());
+            return;
+        }
         let obj = if self.table {
             to_table(
                 &self.info,
@@ -116,6 +124,11 @@ impl WatchFilter {
             meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
         let obj = json!({"kind": self.info.kind, "apiVersion": self.info.api_version(), "metadata": meta});
+        if self.protobuf {
+            return Bytes::from(
+                crate::protobuf::encode_watch_frame("BOOKMARK", &obj).unwrap_or_default(),
+            );
+        }
         let mut out =
             serde_json::to_vec(&json!({"type": "BOOKMARK", "object": obj})).unwrap_or_default();
         out.push(b'\n');
@@ -123,7 +136,11 @@ impl WatchFilter {
     }
 }
 
-fn error_line(err: &ApiError) -> Bytes {
+fn error_line(err: &ApiError, protobuf: bool) -> Bytes {
+    if protobuf {
+        let frame = crate::protobuf::encode_watch_frame("ERROR", &err.to_status());
+        return Bytes::from(frame.unwrap_or_default());
+    }
     let mut out = serde_json::to_vec(&json!({"type": "ERROR", "object": err.to_status()}))
         .unwrap_or_default();
     out.push(b'\n');
@@ -226,10 +243,13 @@ pub fn start(
                 flush(&mut batch, &mut pending);
             }
             Err(oldest) => {
-                pending.push_back(error_line(&ApiError::gone(format!(
-                    "too old resource version: {rv} ({})",
-                    oldest.saturating_sub(1)
-                ))));
+                pending.push_back(error_line(
+                    &ApiError::gone(format!(
+                        "too old resource version: {rv} ({})",
+                        oldest.saturating_sub(1)
+                    )),
+                    filter.protobuf,
+                ));
                 finished = true;
             }
         }
@@ -301,7 +321,7 @@ pub fn start(
                         st.last_rv,
                         st.last_rv + 1
                     ));
-                    st.pending.push_back(error_line(&err));
+                    st.pending.push_back(error_line(&err, st.filter.protobuf));
                     st.finished = true;
                 }
                 Next::Bookmark => {

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: a started server, raw HTTP, kubectl.
 #![allow(dead_code)]
 
+pub mod kubectl;
+
 use kube_sim::{Config, KubeSim};
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -64,4 +66,28 @@ pub async fn raw_json(
 pub async fn count(sim: &KubeSim, path: &str) -> usize {
     let (_, list) = raw_json(sim, "GET", path, "application/json", "").await;
     list["items"].as_array().map_or(0, Vec::len)
+}
+
+/// Runs `tests/python/<script>` with a kubeconfig for `sim` as its argument; panics with its
+/// output when it fails.
+pub async fn run_python(sim: &KubeSim, script: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
+    let out = tokio::process::Command::new("python3")
+        .arg(&script)
+        .arg(&kubeconfig)
+        .output()
+        .await
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "python client test {} failed:\n{}\n{}",
+        script.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

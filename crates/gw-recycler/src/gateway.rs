@@ -1,0 +1,245 @@
+//! The slice gateway reconciler: per SliceGateway, one Deployment per gateway instance plus every
+//! intermediate deployment a recycle asked for, marked deployments deleted (never an instance's
+//! only one), `status.gatewayPodStatus` from each Running gateway pod's sidecar, and the slice
+//! router's next hops pushed from that status.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+
+use capstan_apis::networking::{GwPodInfo, SliceGateway, TunnelState, TunnelStatus};
+use gw_recycler_core::naming::{deployment_name, instance_of};
+use gw_recycler_core::nexthop::{GatewayPodFacts, next_hops};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, DeleteParams, Patch, PostParams};
+use serde_json::json;
+
+use crate::error::ReconcileError;
+use crate::ops::write_params;
+use crate::sidecars::Sidecars;
+use crate::template::GatewayTemplate;
+use crate::world::{
+    World, is_excluded, is_marked_for_deletion, label, pod_ip, remote_subnet, slice_of,
+};
+use capstan_apis::networking::LABEL_SLICEGW;
+
+/// Settings and memory of the reconciler.
+pub struct GatewayReconciler {
+    pub client: kube::Client,
+    pub namespace: String,
+    pub instances: u32,
+    pub template: GatewayTemplate,
+    pub sidecars: Sidecars,
+    pub manager: String,
+    /// Last next hops pushed per (gateway, router pod uid): pushed again when they change, to a
+    /// new router pod, or after a failed push.
+    pushed: Mutex<HashMap<(String, String), Vec<String>>>,
+}
+
+/// What a pass left undone (re-check after a short backoff).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Pending(pub bool);
+
+impl GatewayReconciler {
+    pub fn new(
+        client: kube::Client,
+        namespace: String,
+        instances: u32,
+        template: GatewayTemplate,
+        sidecars: Sidecars,
+        manager: String,
+    ) -> Self {
+        Self {
+            client,
+            namespace,
+            instances,
+            template,
+            sidecars,
+            manager,
+            pushed: Mutex::default(),
+        }
+    }
+
+    #[tracing::instrument(skip(self, world, gateway), fields(gateway = gateway.metadata.name.as_deref().unwrap_or_default()))]
+    pub async fn reconcile(
+        &self,
+        world: &World,
+        gateway: &SliceGateway,
+    ) -> Result<Pending, ReconcileError> {
+        let name = gateway.metadata.name.clone().unwrap_or_default();
+        let Some(slice) = slice_of(gateway) else {
+            return Ok(Pending(false));
+        };
+        // Deployments: ensure, then remove the marked ones.
+        self.ensure_deployments(world, gateway, &name, &slice)
+            .await?;
+        // Pod status from the sidecars.
+        let (infos, unready) = self.pod_status(world, &name).await;
+        if gateway.gateway_pods() != infos.as_slice() {
+            let api: Api<SliceGateway> = Api::namespaced(self.client.clone(), &self.namespace);
+            let patch = json!({"status": {"gatewayPodStatus": infos}});
+            api.patch_status(&name, &write_params(&self.manager), &Patch::Merge(&patch))
+                .await?;
+        }
+        // Router next hops.
+        let facts: Vec<GatewayPodFacts> = world
+            .gateway_pods(&name)
+            .iter()
+            .map(|pod| {
+                let pod_name = pod.metadata.name.clone().unwrap_or_default();
+                let info = infos
+                    .iter()
+                    .find(|i| i.pod_name.as_deref() == Some(&pod_name));
+                GatewayPodFacts {
+                    excluded: is_excluded(pod),
+                    nsm_ip: info.and_then(|i| i.nsm_ip()).unwrap_or_default().to_owned(),
+                    tunnel_up: info.is_some_and(|i| i.tunnel_up()),
+                    pod_name,
+                }
+            })
+            .collect();
+        let hops = next_hops(&facts);
+        let (Some((router_uid, router)), Some(subnet)) =
+            (world.router(&slice), remote_subnet(gateway))
+        else {
+            return Ok(Pending(unready));
+        };
+        let key = (name.clone(), router_uid);
+        let unchanged = self
+            .pushed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key)
+            == Some(&hops);
+        if !unchanged {
+            if let Err(error) = self.sidecars.set_next_hops(&router, &subnet, &hops).await {
+                // Unknown what the router holds now: push again on the next pass.
+                self.forget_pushed(&key);
+                return Err(error.into());
+            }
+            tracing::info!(?hops, %router, "router next hops pushed");
+            self.pushed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(key, hops);
+        }
+        Ok(Pending(unready))
+    }
+
+    fn forget_pushed(&self, key: &(String, String)) {
+        self.pushed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+    }
+
+    async fn ensure_deployments(
+        &self,
+        world: &World,
+        gateway: &SliceGateway,
+        name: &str,
+        slice: &str,
+    ) -> Result<(), ReconcileError> {
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), &self.namespace);
+        let existing: Vec<_> = world
+            .deployments
+            .state()
+            .into_iter()
+            .filter(|d| label(d.as_ref(), LABEL_SLICEGW) == Some(name))
+            .collect();
+        let existing_names: BTreeSet<String> = existing
+            .iter()
+            .filter_map(|d| d.metadata.name.clone())
+            .collect();
+        let intermediate = gateway.intermediate_deployments();
+        let mut wanted: Vec<String> = intermediate
+            .iter()
+            .filter(|d| !existing_names.contains(*d))
+            .cloned()
+            .collect();
+        for instance in 0..self.instances {
+            let covered = existing_names
+                .iter()
+                .chain(intermediate)
+                .any(|d| instance_of(name, d) == Some(instance));
+            if !covered {
+                wanted.push(deployment_name(name, instance, 0));
+            }
+        }
+        for dep in wanted {
+            let deployment = self.template.deployment(&self.namespace, name, slice, &dep);
+            match api.create(&PostParams::default(), &deployment).await {
+                Ok(_) => tracing::info!(deployment = %dep, "gateway deployment created"),
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // Per instance, the deployments that stay; a marked one goes only when another does.
+        let mut staying: BTreeMap<u32, usize> = BTreeMap::new();
+        for d in &existing {
+            if let Some(i) = d
+                .metadata
+                .name
+                .as_deref()
+                .and_then(|n| instance_of(name, n))
+                && !is_marked_for_deletion(d)
+            {
+                *staying.entry(i).or_default() += 1;
+            }
+        }
+        for d in existing.iter().filter(|d| is_marked_for_deletion(d)) {
+            let dep = d.metadata.name.clone().unwrap_or_default();
+            let instance = instance_of(name, &dep);
+            let replaced = instance.is_some_and(|i| staying.get(&i).copied().unwrap_or(0) > 0);
+            if !replaced || d.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            match api.delete(&dep, &DeleteParams::background()).await {
+                Ok(_) => tracing::info!(deployment = %dep, "marked gateway deployment deleted"),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// `gatewayPodStatus` entries of the Running gateway pods, and whether any is not ready yet.
+    async fn pod_status(&self, world: &World, gateway: &str) -> (Vec<GwPodInfo>, bool) {
+        let mut infos = Vec::new();
+        let mut unready = false;
+        for pod in world.gateway_pods(gateway) {
+            let Some(ip) = pod_ip(&pod) else { continue };
+            let name = pod.metadata.name.clone();
+            let status = match self.sidecars.gateway_status(&ip).await {
+                Ok(status) => status,
+                Err(error) => {
+                    tracing::debug!(%error, pod = ?name, "gateway sidecar not answering");
+                    unready = true;
+                    infos.push(GwPodInfo {
+                        pod_name: name,
+                        pod_ip: Some(ip),
+                        ..GwPodInfo::default()
+                    });
+                    continue;
+                }
+            };
+            let nsm_ip = status.nsm_intf_status.map(|n| n.nsm_ip).unwrap_or_default();
+            let tunnel = status.tunnel_status.unwrap_or_default();
+            let state = TunnelState::from(tunnel.status);
+            unready |= nsm_ip.is_empty() || state != TunnelState::Up;
+            infos.push(GwPodInfo {
+                pod_name: name,
+                pod_ip: Some(ip),
+                local_nsm_ip: Some(nsm_ip),
+                tunnel_status: Some(TunnelStatus {
+                    intf_name: Some(tunnel.net_interface),
+                    local_ip: Some(tunnel.local_ip),
+                    remote_ip: Some(tunnel.peer_ip),
+                    status: Some(state),
+                    ..TunnelStatus::default()
+                }),
+                ..GwPodInfo::default()
+            });
+        }
+        (infos, unready)
+    }
+}

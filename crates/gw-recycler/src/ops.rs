@@ -1,0 +1,152 @@
+//! The reference's helper operations on the local worker cluster, performing one
+//! [`Work`] of the decisions: CreateNewDeployment, MarkGwRouteForDeletion,
+//! TriggerGwDeploymentDeletion. Each is idempotent; list edits carry the resourceVersion they
+//! were computed from, so a concurrent edit fails with a conflict and is redone on the next pass.
+
+use capstan_apis::networking::{LABEL_EXCLUDE_GW_ROUTE, LABEL_MARKED_FOR_DELETION, SliceGateway};
+use gw_recycler_core::decide::Work;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use crate::error::ReconcileError;
+use crate::sidecars::Sidecars;
+use crate::world::{World, pod_ip, remote_subnet, slice_of};
+
+/// The local side of a recycle: its cluster, namespace and SliceGateway.
+pub struct LocalSide<'a> {
+    pub client: &'a kube::Client,
+    pub namespace: &'a str,
+    pub gateway: &'a str,
+    pub world: &'a World,
+    pub sidecars: &'a Sidecars,
+    pub manager: &'a str,
+}
+
+impl LocalSide<'_> {
+    pub async fn perform(&self, work: &Work) -> Result<(), ReconcileError> {
+        match work {
+            Work::CreateNewDeployment { deployment } => {
+                self.edit_intermediate(|list| {
+                    if !list.contains(deployment) {
+                        list.push(deployment.clone());
+                    }
+                })
+                .await
+            }
+            Work::MarkGwRouteForDeletion { deployment, nsm_ip } => {
+                self.mark_route_for_deletion(deployment, nsm_ip.as_deref())
+                    .await
+            }
+            Work::TriggerGwDeploymentDeletion { old, new } => {
+                self.edit_intermediate(|list| list.retain(|d| d != new))
+                    .await?;
+                let deployments: Api<Deployment> =
+                    Api::namespaced(self.client.clone(), self.namespace);
+                if self.world.deployment(old).is_some() {
+                    let patch =
+                        json!({"metadata": {"labels": {LABEL_MARKED_FOR_DELETION: "true"}}});
+                    deployments
+                        .patch(old, &self.params(), &Patch::Merge(&patch))
+                        .await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn params(&self) -> PatchParams {
+        write_params(self.manager)
+    }
+
+    /// Edits `status.config.sliceGatewayIntermediateDeployments` of the current SliceGateway.
+    async fn edit_intermediate(
+        &self,
+        edit: impl FnOnce(&mut Vec<String>),
+    ) -> Result<(), ReconcileError> {
+        let api: Api<SliceGateway> = Api::namespaced(self.client.clone(), self.namespace);
+        let gateway = api.get(self.gateway).await?;
+        let before = gateway.intermediate_deployments().to_vec();
+        let mut list = before.clone();
+        edit(&mut list);
+        if list == before {
+            return Ok(());
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": gateway.metadata.resource_version},
+            "status": {"config": {"sliceGatewayIntermediateDeployments": list}}
+        });
+        api.patch_status(self.gateway, &self.params(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
+    async fn mark_route_for_deletion(
+        &self,
+        deployment: &str,
+        nsm_ip: Option<&str>,
+    ) -> Result<(), ReconcileError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.namespace);
+        for pod in self.world.deployment_pods(deployment) {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let patch = json!({"metadata": {"labels": {LABEL_EXCLUDE_GW_ROUTE: "true"}}});
+            pods.patch(&name, &self.params(), &Patch::Merge(&patch))
+                .await?;
+        }
+        let Some(nsm_ip) = nsm_ip else {
+            return Ok(());
+        };
+        let gateway = self
+            .world
+            .gateway(self.gateway)
+            .ok_or_else(|| ReconcileError::GatewayMissing(self.gateway.to_owned()))?;
+        let (router, subnet) = self.router_and_subnet(&gateway)?;
+        self.sidecars
+            .withdraw_route(&router, &subnet, nsm_ip)
+            .await?;
+        Ok(())
+    }
+
+    /// The slice router's IP and the remote subnet of `gateway`.
+    pub fn router_and_subnet(
+        &self,
+        gateway: &SliceGateway,
+    ) -> Result<(String, String), ReconcileError> {
+        let field = |field| ReconcileError::GatewayField {
+            gateway: self.gateway.to_owned(),
+            field,
+        };
+        let slice = slice_of(gateway).ok_or_else(|| field("slice name"))?;
+        let subnet = remote_subnet(gateway)
+            .ok_or_else(|| field("status.config.sliceGatewayRemoteSubnet"))?;
+        let router = self
+            .world
+            .router_ip(&slice)
+            .ok_or(ReconcileError::RouterMissing(slice))?;
+        Ok((router, subnet))
+    }
+}
+
+/// The NSM IP of `pod`'s gateway sidecar (`None`: empty or unreachable).
+pub async fn nsm_ip_of(sidecars: &Sidecars, pod: &Pod) -> Option<String> {
+    let ip = pod_ip(pod)?;
+    match sidecars.gateway_status(&ip).await {
+        Ok(status) => status
+            .nsm_intf_status
+            .map(|n| n.nsm_ip)
+            .filter(|ip| !ip.is_empty()),
+        Err(error) => {
+            tracing::debug!(%error, "gateway sidecar not answering");
+            None
+        }
+    }
+}
+
+/// Merge-patch parameters naming our field manager.
+pub fn write_params(manager: &str) -> PatchParams {
+    PatchParams {
+        field_manager: Some(manager.to_owned()),
+        ..PatchParams::default()
+    }
+}

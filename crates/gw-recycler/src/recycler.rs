@@ -1,0 +1,401 @@
+//! The recycler reconcile of one WorkerSliceGwRecycler: detect this cluster's role, observe the
+//! local side (caches plus sidecar probes) into `gw-recycler-core` facts, decide, and perform the
+//! one action. The server writes only `spec` (state, request) and the client only
+//! `status.client`; both writes carry the resourceVersion they were decided on, so a conflict
+//! means "re-read and decide again" (the next pass).
+
+use std::time::Duration;
+
+use capstan_apis::worker::WorkerSliceGwRecycler;
+use gw_recycler_core::decide::{
+    ClientAction, ClientFacts, DeploymentFacts, PodFacts, RouteProbe, ServerAction, ServerFacts,
+    SideFacts, Timing, decide_client, decide_server,
+};
+use gw_recycler_core::naming::next_deployment_name;
+use gw_recycler_core::role::{Role, detect_role};
+use gw_recycler_core::{State, Timestamp};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, DeleteParams, Patch};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::error::ReconcileError;
+use crate::metrics::RecyclerMetrics;
+use crate::ops::{LocalSide, nsm_ip_of, write_params};
+use crate::sidecars::Sidecars;
+use crate::world::{World, is_excluded, is_marked_for_deletion};
+
+/// Annotation (RFC 3339) recording when the server wrote the current state: the step timeout,
+/// drain delay and retention count from it, across restarts.
+pub const ANNOTATION_STATE_SINCE: &str = "capstan.io/state-since";
+
+/// Warning Event reason when a recycle enters `error_state`.
+pub const EVENT_FSM_ERROR: &str = "FSMErrorState";
+
+/// Which roles this instance may play (`--role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allowed {
+    Auto,
+    Only(Role),
+}
+
+pub struct Recycler {
+    pub hub: kube::Client,
+    pub hub_namespace: String,
+    pub worker: kube::Client,
+    pub namespace: String,
+    pub allowed: Allowed,
+    pub timing: Timing,
+    pub sidecars: Sidecars,
+    pub recorder: Recorder,
+    pub metrics: RecyclerMetrics,
+    pub manager: String,
+}
+
+/// What a pass of one CR left to do.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Waiting on a condition that only a probe notices: re-check after a short backoff.
+    pub probe_again: bool,
+    /// Waiting on time: re-check after this.
+    pub recheck_after: Option<Duration>,
+    /// Something was written.
+    pub progressed: bool,
+}
+
+fn parse_time(text: &str) -> Option<Timestamp> {
+    text.parse().ok()
+}
+
+fn state_since(cr: &WorkerSliceGwRecycler) -> Option<Timestamp> {
+    cr.annotations()
+        .get(ANNOTATION_STATE_SINCE)
+        .and_then(|t| parse_time(t))
+        .or_else(|| cr.metadata.creation_timestamp.as_ref().map(|t| t.0))
+}
+
+impl Recycler {
+    fn side<'a>(&'a self, world: &'a World, gateway: &'a str) -> LocalSide<'a> {
+        LocalSide {
+            client: &self.worker,
+            namespace: &self.namespace,
+            gateway,
+            world,
+            sidecars: &self.sidecars,
+            manager: &self.manager,
+        }
+    }
+
+    /// This cluster's role for `cr`, if any.
+    pub fn role(&self, world: &World, cr: &WorkerSliceGwRecycler) -> Option<Role> {
+        let host = |name: &Option<String>| {
+            name.as_deref()
+                .and_then(|n| world.gateway(n))
+                .and_then(|g| g.host_type().cloned())
+        };
+        let role = detect_role(
+            host(&cr.spec.slice_gw_server).as_ref(),
+            host(&cr.spec.slice_gw_client).as_ref(),
+        )?;
+        match self.allowed {
+            Allowed::Only(only) if only != role => None,
+            _ => Some(role),
+        }
+    }
+
+    #[tracing::instrument(skip_all, fields(recycler = %cr.name_any(), state = %cr.state()))]
+    pub async fn reconcile(
+        &self,
+        world: &World,
+        cr: &WorkerSliceGwRecycler,
+        now: Timestamp,
+    ) -> Result<Outcome, ReconcileError> {
+        let Some(role) = self.role(world, cr) else {
+            return Ok(Outcome::default());
+        };
+        let pair = cr.spec.gw_pair.clone().unwrap_or_default();
+        let (gateway, old) = match role {
+            Role::Server => (cr.spec.slice_gw_server.clone(), pair.server_id),
+            Role::Client => (cr.spec.slice_gw_client.clone(), pair.client_id),
+        };
+        let (Some(gateway), Some(old)) = (gateway, old) else {
+            return Ok(Outcome::default());
+        };
+        if cr.state().is_terminal() && role == Role::Client {
+            return Ok(Outcome::default());
+        }
+        let side = self.observe(world, &gateway, &old).await;
+        match role {
+            Role::Server => self.serve(world, cr, &gateway, side, now).await,
+            Role::Client => self.answer(world, cr, &gateway, side).await,
+        }
+    }
+
+    /// The facts of the local side: deployments from the caches, NSM IPs and routes from the
+    /// sidecars.
+    async fn observe(&self, world: &World, gateway: &str, old: &str) -> SideFacts {
+        let new = next_deployment_name(old);
+        let gw = world.gateway(gateway);
+        let intermediate = gw
+            .as_ref()
+            .map(|g| g.intermediate_deployments().to_vec())
+            .unwrap_or_default();
+        let mut facts = SideFacts {
+            old_deployment: old.to_owned(),
+            new_deployment: new.clone(),
+            ..SideFacts::default()
+        };
+        for (name, slot) in [(old, &mut facts.old), (new.as_str(), &mut facts.new)] {
+            let deployment = world.deployment(name);
+            let pod = world.deployment_pods(name).into_iter().next();
+            let pod = match pod {
+                Some(p) => Some(PodFacts {
+                    excluded: is_excluded(&p),
+                    nsm_ip: nsm_ip_of(&self.sidecars, &p).await,
+                }),
+                None => None,
+            };
+            *slot = DeploymentFacts {
+                present: deployment.is_some(),
+                intermediate: intermediate.iter().any(|d| d == name),
+                marked_for_deletion: deployment.as_deref().is_some_and(is_marked_for_deletion),
+                pod,
+            };
+        }
+        let router = gw
+            .as_deref()
+            .and_then(|g| self.side(world, gateway).router_and_subnet(g).ok());
+        let nsm = |d: &DeploymentFacts| d.pod.as_ref().and_then(|p| p.nsm_ip.clone());
+        let (new_ip, old_ip) = (nsm(&facts.new), nsm(&facts.old));
+        facts.route_via_new = self.probe(router.as_ref(), new_ip.as_deref()).await;
+        facts.route_via_old = self.probe(router.as_ref(), old_ip.as_deref()).await;
+        facts
+    }
+
+    async fn probe(&self, router: Option<&(String, String)>, nsm_ip: Option<&str>) -> RouteProbe {
+        let Some((router, subnet)) = router else {
+            return RouteProbe::Unreachable;
+        };
+        let Some(nsm_ip) = nsm_ip else {
+            return RouteProbe::Absent;
+        };
+        match self.sidecars.route_present(router, subnet, nsm_ip).await {
+            Ok(true) => RouteProbe::Present,
+            Ok(false) => RouteProbe::Absent,
+            Err(error) => {
+                tracing::debug!(%error, "router sidecar not answering");
+                RouteProbe::Unreachable
+            }
+        }
+    }
+
+    async fn serve(
+        &self,
+        world: &World,
+        cr: &WorkerSliceGwRecycler,
+        gateway: &str,
+        side: SideFacts,
+        now: Timestamp,
+    ) -> Result<Outcome, ReconcileError> {
+        let facts = ServerFacts {
+            state: cr.state(),
+            response: cr.response().cloned(),
+            state_since: state_since(cr),
+            side,
+        };
+        let action = decide_server(&facts, &self.timing, now);
+        tracing::debug!(?action, "server decision");
+        let api: Api<WorkerSliceGwRecycler> =
+            Api::namespaced(self.hub.clone(), &self.hub_namespace);
+        let name = cr.name_any();
+        match action {
+            ServerAction::Nothing => Ok(Outcome::default()),
+            ServerAction::Work(work) => {
+                self.side(world, gateway).perform(&work).await?;
+                Ok(Outcome {
+                    probe_again: true,
+                    progressed: true,
+                    ..Outcome::default()
+                })
+            }
+            ServerAction::Advance {
+                to,
+                request,
+                reason,
+                ..
+            } => {
+                self.write_state(&api, cr, &to, Some(request.as_str()), now)
+                    .await?;
+                self.metrics.transition(&facts.state, &to);
+                if to == State::End {
+                    self.metrics.finished(cr, "end", now);
+                }
+                if let Some(reason) = reason {
+                    let note = format!("{} -> {to}", facts.state);
+                    self.announce(cr, EventType::Normal, reason, note).await;
+                }
+                Ok(Outcome {
+                    progressed: true,
+                    ..Outcome::default()
+                })
+            }
+            ServerAction::Wait {
+                missing,
+                recheck_after,
+            } => {
+                tracing::debug!(missing = missing.metric_label(), "waiting");
+                Ok(Outcome {
+                    probe_again: recheck_after.is_none(),
+                    recheck_after: recheck_after.map(|d| {
+                        // Re-check at most every step timeout, so the timeout also fires when idle.
+                        d.min(self.timing.step_timeout)
+                    }),
+                    progressed: false,
+                })
+            }
+            ServerAction::Fail { step, missing } => {
+                let message = format!(
+                    "step {step} timed out after {}s waiting for: {}",
+                    self.timing.step_timeout.as_secs(),
+                    missing.describe()
+                );
+                self.write_state(&api, cr, &State::Error, None, now).await?;
+                let condition = Condition {
+                    type_: "Failed".into(),
+                    status: "True".into(),
+                    reason: "StepTimeout".into(),
+                    message: message.clone(),
+                    last_transition_time: Time(now),
+                    observed_generation: cr.metadata.generation,
+                };
+                let patch = json!({"status": {"conditions": [condition]}});
+                api.patch_status(&name, &write_params(&self.manager), &Patch::Merge(&patch))
+                    .await?;
+                self.metrics.transition(&facts.state, &State::Error);
+                self.metrics.finished(cr, "error", now);
+                tracing::warn!(%message, "recycle failed");
+                self.announce(cr, EventType::Warning, EVENT_FSM_ERROR, message)
+                    .await;
+                Ok(Outcome {
+                    progressed: true,
+                    ..Outcome::default()
+                })
+            }
+            ServerAction::DeleteFinished => {
+                match api.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => tracing::info!("finished recycle deleted after its retention"),
+                    Err(e) if crate::error::is_not_found(&e) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                Ok(Outcome::default())
+            }
+        }
+    }
+
+    /// Writes `spec.state` (and `spec.request`) at the resourceVersion decided on.
+    async fn write_state(
+        &self,
+        api: &Api<WorkerSliceGwRecycler>,
+        cr: &WorkerSliceGwRecycler,
+        to: &State,
+        request: Option<&str>,
+        now: Timestamp,
+    ) -> Result<(), ReconcileError> {
+        let mut spec = json!({"state": to.as_str()});
+        if let Some(request) = request {
+            spec["request"] = json!(request);
+        }
+        let patch = json!({
+            "metadata": {
+                "resourceVersion": cr.metadata.resource_version,
+                "annotations": {ANNOTATION_STATE_SINCE: now.to_string()}
+            },
+            "spec": spec
+        });
+        api.patch(
+            &cr.name_any(),
+            &write_params(&self.manager),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+        tracing::info!(from = %cr.state(), %to, "state written");
+        Ok(())
+    }
+
+    async fn answer(
+        &self,
+        world: &World,
+        cr: &WorkerSliceGwRecycler,
+        gateway: &str,
+        side: SideFacts,
+    ) -> Result<Outcome, ReconcileError> {
+        let new = side.new_deployment.clone();
+        let facts = ClientFacts {
+            state: cr.state(),
+            request: cr.request().cloned(),
+            response: cr.response().cloned(),
+            side,
+        };
+        let action = decide_client(&facts);
+        tracing::debug!(?action, "client decision");
+        match action {
+            ClientAction::Nothing => Ok(Outcome::default()),
+            ClientAction::Work(work) => {
+                self.side(world, gateway).perform(&work).await?;
+                Ok(Outcome {
+                    probe_again: true,
+                    progressed: true,
+                    ..Outcome::default()
+                })
+            }
+            ClientAction::Wait(missing) => {
+                tracing::debug!(missing = missing.metric_label(), "waiting");
+                Ok(Outcome {
+                    probe_again: true,
+                    ..Outcome::default()
+                })
+            }
+            ClientAction::Respond(response) => {
+                let api: Api<WorkerSliceGwRecycler> =
+                    Api::namespaced(self.hub.clone(), &self.hub_namespace);
+                let patch = json!({
+                    "metadata": {"resourceVersion": cr.metadata.resource_version},
+                    "status": {"client": {"response": response.as_str(), "recycledClient": new}}
+                });
+                api.patch_status(
+                    &cr.name_any(),
+                    &write_params(&self.manager),
+                    &Patch::Merge(&patch),
+                )
+                .await?;
+                tracing::info!(%response, "client response written");
+                Ok(Outcome {
+                    progressed: true,
+                    ..Outcome::default()
+                })
+            }
+        }
+    }
+
+    async fn announce(
+        &self,
+        cr: &WorkerSliceGwRecycler,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let reference: ObjectReference = cr.object_ref(&());
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: "Recycle".into(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(%error, reason, "event not published");
+        }
+    }
+}

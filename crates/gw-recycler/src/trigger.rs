@@ -1,0 +1,248 @@
+//! `gw-recycler trigger`: creates a WorkerSliceGwRecycler on the hub with the reference's name and
+//! labels (at most one recycle per SliceGateway at a time) and, with `--wait`, follows it to
+//! `end` or `error_state`, printing each state change.
+
+use std::path::PathBuf;
+
+use capstan_apis::worker::{
+    GwPair, LABEL_SLICE_NAME, LABEL_SLICEGW_NAME, WorkerSliceGwRecycler, WorkerSliceGwRecyclerSpec,
+};
+use futures::StreamExt;
+use gw_recycler_core::State;
+use gw_recycler_core::naming::deployment_name;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+
+/// Start a recycle of one gateway pair.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TriggerArgs {
+    /// Kubeconfig of the hub cluster.
+    #[arg(long, env = "HUB_KUBECONFIG")]
+    pub hub_kubeconfig: PathBuf,
+    /// Project namespace on the hub.
+    #[arg(long, env = "HUB_NAMESPACE")]
+    pub hub_namespace: String,
+    /// Slice name.
+    #[arg(long)]
+    pub slice: String,
+    /// The server-side SliceGateway.
+    #[arg(long)]
+    pub server_gateway: String,
+    /// The client-side SliceGateway.
+    #[arg(long)]
+    pub client_gateway: String,
+    /// Gateway instance to recycle.
+    #[arg(long, default_value_t = 0)]
+    pub instance: u32,
+    /// The current server deployment (default `<server-gateway>-<instance>-0`).
+    #[arg(long)]
+    pub server_deployment: Option<String>,
+    /// The current client deployment (default `<client-gateway>-<instance>-0`).
+    #[arg(long)]
+    pub client_deployment: Option<String>,
+    /// Follow the recycle to `end` or `error_state` (exit 1 on error).
+    #[arg(long)]
+    pub wait: bool,
+}
+
+/// Why a trigger did not start or finish a recycle.
+#[derive(Debug, thiserror::Error)]
+pub enum TriggerError {
+    #[error("recycle {name} of SliceGateway {gateway} is in progress (state {state})")]
+    InProgress {
+        name: String,
+        gateway: String,
+        state: String,
+    },
+    #[error("recycle {name} ended in error_state: {reason}")]
+    Failed { name: String, reason: String },
+    #[error("recycle {0} was deleted before it finished")]
+    Vanished(String),
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("hub kubeconfig: {0}")]
+    Config(String),
+}
+
+impl TriggerError {
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            TriggerError::InProgress { .. } => "in_progress",
+            TriggerError::Failed { .. } => "failed",
+            TriggerError::Vanished(_) => "vanished",
+            TriggerError::Kube(_) => "kube",
+            TriggerError::Config(_) => "config",
+        }
+    }
+}
+
+/// The CR a trigger creates.
+pub fn recycler_for(args: &TriggerArgs) -> WorkerSliceGwRecycler {
+    let server = args
+        .server_deployment
+        .clone()
+        .unwrap_or_else(|| deployment_name(&args.server_gateway, args.instance, 0));
+    let client = args
+        .client_deployment
+        .clone()
+        .unwrap_or_else(|| deployment_name(&args.client_gateway, args.instance, 0));
+    let mut cr = WorkerSliceGwRecycler::new(
+        &server,
+        WorkerSliceGwRecyclerSpec {
+            slice_gw_server: Some(args.server_gateway.clone()),
+            slice_gw_client: Some(args.client_gateway.clone()),
+            gw_pair: Some(GwPair {
+                server_id: Some(server.clone()),
+                client_id: Some(client),
+            }),
+            state: Some(State::Init),
+            request: Some(capstan_apis::worker::Request::None),
+            slice_name: Some(args.slice.clone()),
+        },
+    );
+    cr.metadata.namespace = Some(args.hub_namespace.clone());
+    cr.metadata.labels = Some(
+        [
+            (LABEL_SLICE_NAME.to_owned(), args.slice.clone()),
+            (LABEL_SLICEGW_NAME.to_owned(), args.server_gateway.clone()),
+        ]
+        .into(),
+    );
+    cr
+}
+
+/// The unfinished recycle involving either gateway, if any.
+fn in_progress<'a>(
+    existing: &'a [WorkerSliceGwRecycler],
+    args: &TriggerArgs,
+) -> Option<&'a WorkerSliceGwRecycler> {
+    existing.iter().find(|cr| {
+        !cr.state().is_terminal()
+            && (cr.spec.slice_gw_server.as_deref() == Some(&args.server_gateway)
+                || cr.spec.slice_gw_client.as_deref() == Some(&args.client_gateway))
+    })
+}
+
+pub async fn run(args: TriggerArgs) -> Result<(), TriggerError> {
+    let client = crate::client_for(&args.hub_kubeconfig)
+        .await
+        .map_err(|e| TriggerError::Config(e.to_string()))?;
+    let api: Api<WorkerSliceGwRecycler> = Api::namespaced(client, &args.hub_namespace);
+    let existing = api.list(&Default::default()).await?.items;
+    if let Some(cr) = in_progress(&existing, &args) {
+        return Err(TriggerError::InProgress {
+            name: cr.name_any(),
+            gateway: args.server_gateway.clone(),
+            state: cr.state().to_string(),
+        });
+    }
+    let cr = recycler_for(&args);
+    let name = cr.name_any();
+    // A finished recycle of the same deployment makes way for the new one.
+    if existing.iter().any(|c| c.name_any() == name) {
+        api.delete(&name, &DeleteParams::default()).await?;
+        let gone = kube::runtime::wait::await_condition(
+            api.clone(),
+            &name,
+            kube::runtime::conditions::is_deleted(""),
+        );
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(30), gone).await;
+    }
+    api.create(&PostParams::default(), &cr).await?;
+    println!("created recycle {name}");
+    if !args.wait {
+        return Ok(());
+    }
+    follow(&api, &name).await
+}
+
+/// Prints each state change until `end` (Ok) or `error_state` (Err).
+async fn follow(api: &Api<WorkerSliceGwRecycler>, name: &str) -> Result<(), TriggerError> {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut stream = std::pin::pin!(
+        watcher(api.clone(), config)
+            .default_backoff()
+            .applied_objects()
+    );
+    let mut last: Option<State> = None;
+    while let Some(cr) = stream.next().await {
+        let cr = match cr {
+            Ok(cr) => cr,
+            Err(error) => {
+                eprintln!("watch: {error}");
+                continue;
+            }
+        };
+        let state = cr.state();
+        if last.as_ref() != Some(&state) {
+            println!("state: {state}");
+            last = Some(state.clone());
+        }
+        match state {
+            State::End => return Ok(()),
+            State::Error => {
+                let reason = cr
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|c| c.last())
+                    .map(|c| c.message.clone())
+                    .unwrap_or_default();
+                return Err(TriggerError::Failed {
+                    name: name.to_owned(),
+                    reason,
+                });
+            }
+            _ => {}
+        }
+    }
+    Err(TriggerError::Vanished(name.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: TriggerArgs,
+    }
+
+    #[test]
+    fn trigger_creates_the_reference_name_and_labels() {
+        let cli = Cli::parse_from([
+            "t",
+            "--hub-kubeconfig",
+            "/k",
+            "--hub-namespace",
+            "kubeslice-p",
+            "--slice",
+            "red",
+            "--server-gateway",
+            "red-a-b",
+            "--client-gateway",
+            "red-b-a",
+            "--instance",
+            "1",
+        ]);
+        let cr = recycler_for(&cli.args);
+        let v = serde_json::to_value(&cr).expect("json");
+        assert_eq!(v["metadata"]["name"], "red-a-b-1-0");
+        assert_eq!(v["metadata"]["labels"]["slice_name"], "red");
+        assert_eq!(v["metadata"]["labels"]["slicegw_name"], "red-a-b");
+        assert_eq!(v["spec"]["gwPair"]["serverId"], "red-a-b-1-0");
+        assert_eq!(v["spec"]["gwPair"]["clientId"], "red-b-a-1-0");
+        assert_eq!(v["spec"]["state"], "init");
+        assert_eq!(v["spec"]["request"], "none");
+        assert_eq!(v["spec"]["sliceName"], "red");
+        // A recycle in progress for the same server gateway blocks a second one.
+        let mut busy = cr.clone();
+        busy.spec.state = Some(State::from("slicerouter_updated_state"));
+        assert!(in_progress(std::slice::from_ref(&busy), &cli.args).is_some());
+        busy.spec.state = Some(State::from("end"));
+        assert!(in_progress(&[busy], &cli.args).is_none());
+    }
+}

@@ -1,0 +1,434 @@
+//! Field validation of built-in kinds, as kube-apiserver's decoding into Go structs does it: a
+//! field the kind does not declare is an `unknown field` (refused with `fieldValidation=Strict`,
+//! a `Warning` with `Warn`, the default, dropped silently with `Ignore`, and never stored), and a
+//! value of the wrong JSON type is a 400 in encoding/json's words. The declared fields and their
+//! types come from the protobuf field table (`crate::protobuf::schema`), generated from
+//! Kubernetes' own definitions, so every built-in kind is covered without per-kind code.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+use crate::protobuf::schema::{Field, Label, Schema, Ty, schema};
+
+/// What a request's `fieldValidation` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Ignore,
+    Warn,
+    Strict,
+}
+
+impl Mode {
+    /// kube-apiserver's default, when the parameter is absent, is `Warn`.
+    pub fn parse(v: Option<&str>) -> Result<Self, ApiError> {
+        match v.unwrap_or("") {
+            "" | "Warn" => Ok(Self::Warn),
+            "Ignore" => Ok(Self::Ignore),
+            "Strict" => Ok(Self::Strict),
+            other => Err(ApiError::bad_request(format!(
+                "fieldValidation parameter unsupported: {other}"
+            ))),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Findings {
+    unknown: Vec<String>,
+    /// The first type error, as Go's decoder reports it.
+    type_error: Option<String>,
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Go's name of a field's type (`string`, `[]v1.Container`, `map[string]string`).
+fn go_type(field: &Field, element_only: bool) -> String {
+    let base = match &field.ty {
+        Ty::String => "string".to_string(),
+        Ty::Bytes => "[]uint8".to_string(),
+        Ty::Bool => "bool".to_string(),
+        Ty::Int32 => "int32".to_string(),
+        Ty::Int64 => "int64".to_string(),
+        Ty::Double => "float64".to_string(),
+        Ty::Message(m) => go_struct(m),
+    };
+    match (field.label, element_only) {
+        (_, true) | (Label::Optional, _) => base,
+        (Label::Repeated, _) => format!("[]{base}"),
+        (Label::Map, _) => format!("map[string]{base}"),
+    }
+}
+
+/// `k8s.io.api.core.v1.PodSpec` -> `v1.PodSpec`.
+fn go_struct(message: &str) -> String {
+    let mut parts = message.rsplit('.');
+    let name = parts.next().unwrap_or_default();
+    let pkg = parts.next().unwrap_or_default();
+    format!("{pkg}.{name}")
+}
+
+fn short_name(message: &str) -> &str {
+    message.rsplit('.').next().unwrap_or_default()
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+struct Walker<'s> {
+    schema: &'s Schema,
+    found: Findings,
+}
+
+impl Walker<'_> {
+    fn type_error(&mut self, v: &Value, owner: &str, path: &str, go: String) {
+        if self.found.type_error.is_none() {
+            self.found.type_error = Some(format!(
+                "json: cannot unmarshal {} into Go struct field {}.{path} of type {go}",
+                json_type(v),
+                short_name(owner)
+            ));
+        }
+    }
+
+    /// Checks one object against a message; removes and records the fields it does not declare.
+    fn message(&mut self, name: &str, obj: &mut Map<String, Value>, path: &str, root: bool) {
+        let Some(msg) = self.schema.message(name) else {
+            return;
+        };
+        let keys: Vec<String> = obj.keys().cloned().collect();
+        for key in keys {
+            if root && matches!(key.as_str(), "apiVersion" | "kind") {
+                continue;
+            }
+            // Strategic merge patch directives are not fields.
+            if key.starts_with('$') {
+                continue;
+            }
+            let p = join(path, &key);
+            let Some(field) = msg.fields.iter().find(|f| f.json == key) else {
+                obj.remove(&key);
+                self.found.unknown.push(p);
+                continue;
+            };
+            if let Some(v) = obj.get_mut(&key) {
+                self.field(name, field, v, &p);
+            }
+        }
+    }
+
+    fn field(&mut self, owner: &str, field: &Field, v: &mut Value, path: &str) {
+        if v.is_null() {
+            return;
+        }
+        match (field.label, v) {
+            (Label::Optional, v) => self.value(owner, field, v, path, path),
+            (Label::Repeated, Value::Array(items)) => {
+                for (i, item) in items.iter_mut().enumerate() {
+                    let item_path = format!("{path}[{i}]");
+                    self.value(owner, field, item, &item_path, path);
+                }
+            }
+            (Label::Map, Value::Object(m)) => {
+                for (k, item) in m.iter_mut() {
+                    let item_path = join(path, k);
+                    self.value(owner, field, item, &item_path, path);
+                }
+            }
+            (_, v) => {
+                let go = go_type(field, false);
+                self.type_error(v, owner, path, go);
+            }
+        }
+    }
+
+    /// One value of a field's element type; `field_path` is where Go names the field.
+    fn value(&mut self, owner: &str, field: &Field, v: &mut Value, path: &str, field_path: &str) {
+        let ok = match (&field.ty, &*v) {
+            (_, Value::Null) => true,
+            (Ty::String, Value::String(_)) | (Ty::Bool, Value::Bool(_)) => true,
+            (Ty::Bytes, Value::String(s)) => {
+                if crate::util::base64_decode(s).is_none() && self.found.type_error.is_none() {
+                    let at = s
+                        .bytes()
+                        .position(|c| {
+                            !(c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'='))
+                        })
+                        .unwrap_or(0);
+                    self.found.type_error = Some(format!("illegal base64 data at input byte {at}"));
+                }
+                true
+            }
+            (Ty::Int32 | Ty::Int64, Value::Number(n)) => n.is_i64() || n.is_u64(),
+            (Ty::Double, Value::Number(_)) => true,
+            (Ty::Message(m), _) => match crate::protobuf::json::special(m) {
+                Some("IntOrString" | "Quantity") => v.is_string() || v.is_number(),
+                Some("Time" | "MicroTime" | "Duration") => v.is_string(),
+                Some(_) => true,
+                None => match v {
+                    Value::Object(obj) => {
+                        self.message(m, obj, path, false);
+                        true
+                    }
+                    _ => false,
+                },
+            },
+            _ => false,
+        };
+        if !ok && self.found.type_error.is_none() {
+            // Go names the number only when it does not fit an integer field.
+            let what = match (&field.ty, &*v) {
+                (Ty::Int32 | Ty::Int64, Value::Number(n)) => format!("number {n}"),
+                (_, other) => json_type(other).to_string(),
+            };
+            self.found.type_error = Some(format!(
+                "json: cannot unmarshal {what} into Go struct field {}.{field_path} of type {}",
+                short_name(owner),
+                go_type(field, true)
+            ));
+        }
+    }
+}
+
+/// Walks raw JSON recording every key that repeats within its object, by path.
+struct DuplicateScan<'a> {
+    path: String,
+    found: &'a RefCell<Vec<String>>,
+}
+
+impl<'de> DeserializeSeed<'de> for DuplicateScan<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DuplicateScan<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
+        let mut seen = HashSet::new();
+        while let Some(key) = m.next_key::<String>()? {
+            let path = join(&self.path, &key);
+            if !seen.insert(key) {
+                self.found.borrow_mut().push(path.clone());
+            }
+            m.next_value_seed(DuplicateScan {
+                path,
+                found: self.found,
+            })?;
+        }
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<(), A::Error> {
+        let mut i = 0;
+        while s
+            .next_element_seed(DuplicateScan {
+                path: format!("{}[{i}]", self.path),
+                found: self.found,
+            })?
+            .is_some()
+        {
+            i += 1;
+        }
+        Ok(())
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+}
+
+/// The paths of fields a JSON body repeats (`spec.paused`); Go keeps the last value, as does
+/// serde_json, so only `fieldValidation` reports them.
+pub fn duplicate_fields(raw: &[u8]) -> Vec<String> {
+    let found = RefCell::new(vec![]);
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    let _ = DuplicateScan {
+        path: String::new(),
+        found: &found,
+    }
+    .deserialize(&mut de);
+    found.into_inner()
+}
+
+/// Validates a built-in kind's body in place (unknown fields removed). Returns the warnings to
+/// send (`Warn`), or the 400 kube-apiserver answers (`Strict` with unknown fields, or a value of
+/// the wrong type in any mode). Kinds without a message (custom resources) pass untouched.
+pub fn admit(
+    api_version: &str,
+    kind: &str,
+    body: &mut Value,
+    duplicates: &[String],
+    mode: Mode,
+) -> Result<Vec<String>, ApiError> {
+    let s = schema();
+    let Some(message) = s.message_of(api_version, kind) else {
+        return Ok(vec![]);
+    };
+    let Value::Object(obj) = body else {
+        return Ok(vec![]);
+    };
+    let mut w = Walker {
+        schema: s,
+        found: Findings::default(),
+    };
+    w.message(message, obj, "", true);
+    let version = api_version.rsplit('/').next().unwrap_or(api_version);
+    let prefix = format!("{kind} in version \"{version}\" cannot be handled as a {kind}");
+    if let Some(e) = w.found.type_error {
+        return Err(ApiError::bad_request(format!("{prefix}: {e}")));
+    }
+    let unknown: Vec<String> = duplicates
+        .iter()
+        .map(|p| format!("duplicate field \"{p}\""))
+        .chain(
+            w.found
+                .unknown
+                .iter()
+                .map(|p| format!("unknown field \"{p}\"")),
+        )
+        .collect();
+    match mode {
+        Mode::Strict if !unknown.is_empty() => Err(ApiError::bad_request(format!(
+            "{prefix}: strict decoding error: {}",
+            unknown.join(", ")
+        ))),
+        Mode::Warn => Ok(unknown),
+        _ => Ok(vec![]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn check(mut body: Value, mode: Mode) -> (Result<Vec<String>, String>, Value) {
+        let av = body["apiVersion"].as_str().unwrap_or_default().to_string();
+        let kind = body["kind"].as_str().unwrap_or_default().to_string();
+        let r = admit(&av, &kind, &mut body, &[], mode).map_err(|e| {
+            e.to_status()["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        });
+        (r, body)
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_warned_or_dropped() {
+        let d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "colour": "x"},
+                       "spec": {"foo": 1, "replicas": 1, "template": {"spec": {"containers": [{"name": "c", "imagee": "x"}]}}}});
+        let (r, _) = check(d.clone(), Mode::Strict);
+        assert_eq!(
+            r,
+            Err("Deployment in version \"v1\" cannot be handled as a Deployment: strict decoding error: unknown field \"metadata.colour\", unknown field \"spec.foo\", unknown field \"spec.template.spec.containers[0].imagee\"".to_string())
+        );
+        let (r, stored) = check(d.clone(), Mode::Warn);
+        assert_eq!(
+            r,
+            Ok(vec![
+                "unknown field \"metadata.colour\"".to_string(),
+                "unknown field \"spec.foo\"".to_string(),
+                "unknown field \"spec.template.spec.containers[0].imagee\"".to_string()
+            ])
+        );
+        assert!(stored["spec"].get("foo").is_none());
+        assert_eq!(stored["spec"]["replicas"], 1);
+        let (r, stored) = check(d, Mode::Ignore);
+        assert_eq!(r, Ok(vec![]));
+        assert!(stored["metadata"].get("colour").is_none());
+        // Custom kinds are the CRD schema's business.
+        let w =
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "spec": {"anything": true}});
+        assert_eq!(check(w, Mode::Strict).0, Ok(vec![]));
+    }
+
+    #[test]
+    fn duplicate_fields_are_reported_by_path() {
+        let raw = br#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d"},
+            "spec":{"paused":false,"paused":true,"template":{"spec":{"containers":[{"name":"a","name":"b"}]}}}}"#;
+        let dups = duplicate_fields(raw);
+        assert_eq!(
+            dups,
+            ["spec.paused", "spec.template.spec.containers[0].name"]
+        );
+        let mut body: Value = serde_json::from_slice(raw).expect("json");
+        let err =
+            admit("apps/v1", "Deployment", &mut body, &dups, Mode::Strict).expect_err("strict");
+        assert_eq!(
+            err.to_status()["message"],
+            "Deployment in version \"v1\" cannot be handled as a Deployment: strict decoding error: duplicate field \"spec.paused\", duplicate field \"spec.template.spec.containers[0].name\""
+        );
+        assert!(duplicate_fields(b"{not json").is_empty());
+    }
+
+    #[test]
+    fn ill_typed_values_are_refused_in_go_words() {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": 1}});
+        assert_eq!(
+            check(cm, Mode::Ignore).0,
+            Err("ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal number into Go struct field ConfigMap.data of type string".to_string())
+        );
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {"a": "no!"}});
+        assert_eq!(
+            check(secret, Mode::Strict).0,
+            Err("Secret in version \"v1\" cannot be handled as a Secret: illegal base64 data at input byte 2".to_string())
+        );
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                         "spec": {"hostNetwork": "yes", "containers": []}});
+        assert_eq!(
+            check(pod, Mode::Strict).0,
+            Err("Pod in version \"v1\" cannot be handled as a Pod: json: cannot unmarshal string into Go struct field PodSpec.spec.hostNetwork of type bool".to_string())
+        );
+        let d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": 1.5}});
+        assert_eq!(
+            check(d, Mode::Strict).0,
+            Err("Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal number 1.5 into Go struct field DeploymentSpec.spec.replicas of type int32".to_string())
+        );
+        let svc = json!({"apiVersion": "v1", "kind": "Service", "spec": {"ports": {"port": 80}}});
+        assert_eq!(
+            check(svc, Mode::Strict).0,
+            Err("Service in version \"v1\" cannot be handled as a Service: json: cannot unmarshal object into Go struct field ServiceSpec.spec.ports of type []v1.ServicePort".to_string())
+        );
+        // IntOrString and Quantity take either form; SMP directives are not fields.
+        let ok = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "c",
+                        "resources": {"limits": {"cpu": 1, "memory": "1Gi"}},
+                        "ports": [{"containerPort": 80}], "$patch": "replace"}]}});
+        assert_eq!(check(ok, Mode::Strict).0, Ok(vec![]));
+    }
+}

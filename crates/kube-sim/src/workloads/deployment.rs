@@ -1,0 +1,196 @@
+//! The Deployment controller: a ReplicaSet per pod template (named `<deployment>-<hash>`), the
+//! current one scaled to `spec.replicas` and older ones to zero, and the Deployment's status
+//! (replica counts, `Available` and `Progressing` conditions) summed over its ReplicaSets.
+
+use super::replicaset::owned_pod_counts;
+use super::{
+    Infos, PassReport, WorkloadError, all, controller_uid, deleting, name, namespace, opts,
+    owner_ref, replicas, strip_zeroes, uid, write_err,
+};
+use crate::cluster::{Cluster, Sub};
+use crate::util;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+const MANAGER: &str = "kube-controller-manager";
+
+/// A stable hash of a pod template, spelled with kube's "safe" alphabet (no vowels).
+pub fn pod_template_hash(template: &Value) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let text = serde_json::to_string(template).unwrap_or_default();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (0..10)
+        .map(|_| {
+            let c = ALPHABET[(h % ALPHABET.len() as u64) as usize] as char;
+            h /= ALPHABET.len() as u64;
+            c
+        })
+        .collect()
+}
+
+/// The ReplicaSet a Deployment wants for its current template.
+pub fn desired_replicaset(deploy: &Value, hash: &str) -> Value {
+    let mut template = deploy["spec"]["template"].clone();
+    template["metadata"]["labels"]["pod-template-hash"] = json!(hash);
+    let mut selector = deploy["spec"]["selector"].clone();
+    selector["matchLabels"]["pod-template-hash"] = json!(hash);
+    let mut labels = deploy["spec"]["template"]["metadata"]["labels"].clone();
+    if !labels.is_object() {
+        labels = json!({});
+    }
+    labels["pod-template-hash"] = json!(hash);
+    json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {
+            "name": format!("{}-{hash}", name(deploy)),
+            "namespace": namespace(deploy),
+            "labels": labels,
+            "annotations": {"deployment.kubernetes.io/revision": "1"},
+            "ownerReferences": [owner_ref(deploy, "apps/v1", "Deployment")],
+        },
+        "spec": {"replicas": replicas(deploy), "selector": selector, "template": template,
+                 "minReadySeconds": deploy["spec"]["minReadySeconds"].as_i64().unwrap_or(0)},
+    })
+}
+
+/// Deployments -> ReplicaSets: creates the current template's ReplicaSet and scales them all.
+pub(super) fn sync_replicasets(
+    cluster: &mut Cluster,
+    i: &Infos,
+    report: &mut PassReport,
+) -> Result<(), WorkloadError> {
+    let replicasets = all(cluster, &i.replicasets);
+    for d in all(cluster, &i.deployments) {
+        if deleting(&d) {
+            continue;
+        }
+        let hash = pod_template_hash(&d["spec"]["template"]);
+        let want = desired_replicaset(&d, &hash);
+        let want_name = name(&want).to_string();
+        let owned: Vec<&Arc<Value>> = replicasets
+            .iter()
+            .filter(|rs| controller_uid(rs) == Some(uid(&d)))
+            .collect();
+        if !owned.iter().any(|rs| name(rs) == want_name) {
+            cluster
+                .create(&i.replicasets, namespace(&d), want, &opts(MANAGER))
+                .map_err(|e| write_err("a ReplicaSet", &e))?;
+            report.writes += 1;
+        }
+        for rs in owned {
+            let target = if name(rs) == want_name {
+                replicas(&d)
+            } else {
+                0
+            };
+            if rs["spec"]["replicas"].as_i64() != Some(target) && !deleting(rs) {
+                let mut updated = (**rs).clone();
+                updated["spec"]["replicas"] = json!(target);
+                cluster
+                    .update(
+                        &i.replicasets,
+                        namespace(rs),
+                        name(rs),
+                        updated,
+                        Sub::Main,
+                        &opts(MANAGER),
+                    )
+                    .map_err(|e| write_err("a ReplicaSet", &e))?;
+                report.writes += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Deployment status, summed over its ReplicaSets' pods.
+pub(super) fn sync_status(
+    cluster: &mut Cluster,
+    i: &Infos,
+    report: &mut PassReport,
+) -> Result<(), WorkloadError> {
+    let pods = all(cluster, &i.pods);
+    let replicasets = all(cluster, &i.replicasets);
+    for d in all(cluster, &i.deployments) {
+        if deleting(&d) {
+            continue;
+        }
+        let hash = pod_template_hash(&d["spec"]["template"]);
+        let current = format!("{}-{hash}", name(&d));
+        let (mut total, mut ready, mut updated_n) = (0, 0, 0);
+        for rs in replicasets
+            .iter()
+            .filter(|rs| controller_uid(rs) == Some(uid(&d)))
+        {
+            let (t, r) = owned_pod_counts(&pods, rs);
+            total += t;
+            ready += r;
+            if name(rs) == current {
+                updated_n = t;
+            }
+        }
+        let want = replicas(&d);
+        let available = ready >= want;
+        let old_conditions = d["status"]["conditions"].clone();
+        let cond = |t: &str, s: &str, reason: &str, message: String| {
+            let since = old_conditions
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == t && c["status"] == s)
+                .and_then(|c| c["lastTransitionTime"].as_str())
+                .map(String::from)
+                .unwrap_or_else(util::now_rfc3339);
+            json!({"type": t, "status": s, "reason": reason, "message": message,
+                   "lastUpdateTime": since, "lastTransitionTime": since})
+        };
+        let mut status = json!({
+            "observedGeneration": d["metadata"]["generation"].as_i64().unwrap_or(1),
+            "replicas": total, "updatedReplicas": updated_n, "readyReplicas": ready,
+            "availableReplicas": ready, "unavailableReplicas": (want - ready).max(0),
+            "conditions": [
+                if available {
+                    cond("Available", "True", "MinimumReplicasAvailable", "Deployment has minimum availability.".into())
+                } else {
+                    cond("Available", "False", "MinimumReplicasUnavailable", "Deployment does not have minimum availability.".into())
+                },
+                cond("Progressing", "True", "NewReplicaSetAvailable", format!("ReplicaSet \"{current}\" has successfully progressed.")),
+            ],
+        });
+        strip_zeroes(&mut status);
+        if d["status"] != status {
+            let mut updated = (*d).clone();
+            updated["status"] = status;
+            cluster
+                .update(
+                    &i.deployments,
+                    namespace(&d),
+                    name(&d),
+                    updated,
+                    Sub::Status,
+                    &opts(MANAGER),
+                )
+                .map_err(|e| write_err("a Deployment status", &e))?;
+            report.writes += 1;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_hashes_are_stable_and_template_sensitive() {
+        let t1 = json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+        let t2 = json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx:2"}]}});
+        assert_eq!(pod_template_hash(&t1), pod_template_hash(&t1.clone()));
+        assert_ne!(pod_template_hash(&t1), pod_template_hash(&t2));
+        assert_eq!(pod_template_hash(&t1).len(), 10);
+    }
+}

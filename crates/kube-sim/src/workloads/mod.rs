@@ -1,0 +1,540 @@
+//! Workload simulation: an in-process controller over the store that plays kube-controller-manager,
+//! the scheduler and the kubelets, one module per kind: `deployment` (a ReplicaSet per pod
+//! template, named `<deployment>-<pod-template-hash>`), `replicaset` (Pods with owner references
+//! and the `pod-template-hash` label), `pod` (scheduling onto schedulable Nodes, a distinct
+//! `podIP` from the pool, default `127.10.0.0/16` so a process can bind it on loopback; phase
+//! Running and Ready conditions), `node` (kubelet heartbeats: Nodes added with
+//! [`crate::KubeSim::add_node`], and with simulation on every other Node too, are Ready and
+//! heartbeat until switched NotReady).
+//!
+//! Each pass reads the whole state and writes only what differs, so a quiet cluster stays quiet.
+
+mod deployment;
+mod ippool;
+mod namespace;
+mod node;
+mod pod;
+mod replicaset;
+
+pub use deployment::{desired_replicaset, pod_template_hash};
+pub use ippool::IpPool;
+pub use node::{Nodes, node_object};
+pub use pod::{running_status, schedulable};
+pub use replicaset::desired_pod;
+
+use crate::cluster::{Cluster, WriteOptions};
+use crate::registry::ResourceInfo;
+use crate::shared::Shared;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Settings of the simulation.
+#[derive(Debug, Clone)]
+pub struct WorkloadOptions {
+    /// Pod IPs come from this IPv4 CIDR.
+    pub pod_cidr: String,
+    /// The Node registered for Pods when the cluster has no Node at all.
+    pub default_node: String,
+    /// How often simulated kubelets post a heartbeat.
+    pub heartbeat_interval: Duration,
+    /// The `ca.crt` of every namespace's `kube-root-ca.crt` ConfigMap (the server's CA with TLS).
+    pub root_ca: String,
+}
+
+impl Default for WorkloadOptions {
+    fn default() -> Self {
+        Self {
+            pod_cidr: "127.10.0.0/16".into(),
+            default_node: "kube-sim-node".into(),
+            heartbeat_interval: Duration::from_secs(10),
+            root_ca: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum WorkloadError {
+    #[error("invalid pod CIDR {0:?}: expected an IPv4 CIDR such as 127.10.0.0/16")]
+    InvalidCidr(String),
+    #[error("cannot write {what}: {message}")]
+    Write { what: String, message: String },
+}
+
+/// What one simulation runs with: its settings and the simulated kubelets.
+pub struct Simulation {
+    pub options: WorkloadOptions,
+    pub nodes: Arc<Nodes>,
+    /// Runs the containers of `--exec-images` pods as processes.
+    pub kubelet: Arc<crate::kubelet::Kubelet>,
+}
+
+fn uid(obj: &Value) -> &str {
+    obj["metadata"]["uid"].as_str().unwrap_or_default()
+}
+
+fn name(obj: &Value) -> &str {
+    obj["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+fn namespace(obj: &Value) -> &str {
+    obj["metadata"]["namespace"].as_str().unwrap_or_default()
+}
+
+fn deleting(obj: &Value) -> bool {
+    !obj["metadata"]["deletionTimestamp"].is_null()
+}
+
+/// The uid of the controller owner, if any.
+fn controller_uid(obj: &Value) -> Option<&str> {
+    obj["metadata"]["ownerReferences"]
+        .as_array()?
+        .iter()
+        .find(|r| r["controller"] == json!(true))?["uid"]
+        .as_str()
+}
+
+fn owner_ref(owner: &Value, api_version: &str, kind: &str) -> Value {
+    json!({"apiVersion": api_version, "kind": kind, "name": name(owner), "uid": uid(owner),
+           "controller": true, "blockOwnerDeletion": true})
+}
+
+fn replicas(obj: &Value) -> i64 {
+    obj["spec"]["replicas"].as_i64().unwrap_or(1).max(0)
+}
+
+fn node_ready(node: &Value) -> bool {
+    node["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+fn pod_ready(pod: &Value) -> bool {
+    pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+/// What the simulation writes, for logging and tests.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PassReport {
+    pub writes: usize,
+}
+
+pub(crate) struct Infos {
+    deployments: ResourceInfo,
+    replicasets: ResourceInfo,
+    pods: ResourceInfo,
+    nodes: ResourceInfo,
+    namespaces: ResourceInfo,
+    serviceaccounts: ResourceInfo,
+    configmaps: ResourceInfo,
+    /// Served once the registry has them (core/v1 `replicationcontrollers`).
+    replicationcontrollers: Option<ResourceInfo>,
+}
+
+fn infos(cluster: &Cluster) -> Option<Infos> {
+    let r = &cluster.registry;
+    Some(Infos {
+        deployments: r.lookup("apps", "v1", "deployments")?.clone(),
+        replicasets: r.lookup("apps", "v1", "replicasets")?.clone(),
+        pods: r.lookup("", "v1", "pods")?.clone(),
+        nodes: r.lookup("", "v1", "nodes")?.clone(),
+        namespaces: r.lookup("", "v1", "namespaces")?.clone(),
+        serviceaccounts: r.lookup("", "v1", "serviceaccounts")?.clone(),
+        configmaps: r.lookup("", "v1", "configmaps")?.clone(),
+        replicationcontrollers: r.lookup("", "v1", "replicationcontrollers").cloned(),
+    })
+}
+
+fn all(cluster: &Cluster, info: &ResourceInfo) -> Vec<Arc<Value>> {
+    cluster
+        .store
+        .list_values(&info.storage_key(), None)
+        .map(|(_, v)| v)
+        .collect()
+}
+
+fn opts(manager: &str) -> WriteOptions {
+    WriteOptions {
+        field_manager: manager.into(),
+        ..Default::default()
+    }
+}
+
+fn write_err(what: &str, e: &crate::error::ApiError) -> WorkloadError {
+    WorkloadError::Write {
+        what: what.into(),
+        message: e.message.clone(),
+    }
+}
+
+/// Kubernetes omits zero counts (`omitempty`), except `replicas` of a ReplicaSet.
+fn strip_zeroes(status: &mut Value) {
+    if let Some(m) = status.as_object_mut() {
+        m.retain(|k, v| k == "replicas" || v != &json!(0));
+    }
+}
+
+/// One reconciliation pass over every simulated kind, each as its controller would act on the
+/// state the previous one left; returns how much it wrote.
+pub fn reconcile(cluster: &mut Cluster, sim: &Simulation) -> Result<PassReport, WorkloadError> {
+    IpPool::parse(&sim.options.pod_cidr)?;
+    let Some(i) = infos(cluster) else {
+        return Ok(PassReport::default());
+    };
+    let mut report = PassReport::default();
+    report.writes += sim.nodes.adopt(cluster)?;
+    namespace::sync(cluster, &i, &sim.options.root_ca, &mut report)?;
+    deployment::sync_replicasets(cluster, &i, &mut report)?;
+    replicaset::sync_pods(cluster, &i.replicasets, &i.pods, &mut report)?;
+    // ReplicationControllers keep their pods as ReplicaSets do.
+    if let Some(rc) = &i.replicationcontrollers {
+        replicaset::sync_pods(cluster, rc, &i.pods, &mut report)?;
+    }
+    pod::sync(cluster, &i, sim, &mut report)?;
+    replicaset::sync_status(cluster, &i.replicasets, &i.pods, &mut report)?;
+    if let Some(rc) = &i.replicationcontrollers {
+        replicaset::sync_status(cluster, rc, &i.pods, &mut report)?;
+    }
+    deployment::sync_status(cluster, &i, &mut report)?;
+    Ok(report)
+}
+
+fn relevant(key: &crate::registry::StorageKey) -> bool {
+    matches!(
+        (key.0.as_str(), key.1.as_str()),
+        ("apps", "deployments" | "replicasets")
+            | (
+                "",
+                "pods" | "nodes" | "namespaces" | "replicationcontrollers"
+            )
+    )
+}
+
+/// Runs the simulation (when `simulate`) and node heartbeats until the server shuts down.
+pub fn spawn(shared: Arc<Shared>, sim: Simulation, simulate: bool) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let nodes = sim.nodes.clone();
+        let containers_changed = sim.kubelet.changed.clone();
+        let mut heartbeat = tokio::time::interval(sim.options.heartbeat_interval);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let (mut rx, _) = shared.lock().store.subscribe();
+        loop {
+            // Everything up to this version has been reconciled.
+            let mut settled_rv = 0;
+            if simulate {
+                // Passes until nothing changes; each pass's own writes wake the next one.
+                for _ in 0..10 {
+                    let mut cluster = shared.lock();
+                    let pass = reconcile(&mut cluster, &sim);
+                    settled_rv = cluster.store.resource_version();
+                    match pass {
+                        Ok(r) if r.writes == 0 => break,
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "workload simulation pass failed");
+                            break;
+                        }
+                    }
+                }
+            }
+            // Drop the events the passes already saw; a later relevant one means another pass.
+            let mut pending = false;
+            while let Ok(ev) = rx.try_recv() {
+                pending |= simulate && ev.rv > settled_rv && relevant(&ev.key);
+            }
+            if pending {
+                continue;
+            }
+            loop {
+                tokio::select! {
+                    _ = shared.shutdown.cancelled() => return,
+                    _ = containers_changed.notified(), if simulate => break,
+                    _ = heartbeat.tick() => {
+                        nodes.heartbeat(&mut shared.lock());
+                        break;
+                    }
+                    ev = rx.recv() => match ev {
+                        Ok(ev) if simulate && ev.rv > settled_rv && relevant(&ev.key) => break,
+                        Ok(_) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    },
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn deploy(cluster: &mut Cluster, replicas: i64) {
+        let info = cluster
+            .registry
+            .lookup("apps", "v1", "deployments")
+            .cloned()
+            .expect("built in");
+        let body = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+        cluster
+            .create(&info, "default", body, &WriteOptions::default())
+            .expect("created");
+    }
+
+    fn simulation() -> Simulation {
+        Simulation {
+            options: WorkloadOptions::default(),
+            nodes: Arc::new(Nodes::default()),
+            kubelet: Arc::new(
+                crate::kubelet::Kubelet::new(crate::kubelet::KubeletConfig::default())
+                    .expect("log directory"),
+            ),
+        }
+    }
+
+    fn settle(cluster: &mut Cluster, sim: &Simulation) -> usize {
+        let mut passes = 0;
+        while reconcile(cluster, sim).expect("pass").writes > 0 {
+            passes += 1;
+            assert!(passes < 10, "does not settle");
+        }
+        passes
+    }
+
+    fn pods(c: &Cluster) -> Vec<Arc<Value>> {
+        all(
+            c,
+            &c.registry.lookup("", "v1", "pods").cloned().expect("pods"),
+        )
+    }
+
+    fn node(c: &Cluster, name: &str) -> Option<Arc<Value>> {
+        c.store.get(
+            &(String::new(), "nodes".into()),
+            &(String::new(), name.into()),
+        )
+    }
+
+    fn create_node(c: &mut Cluster, body: Value) {
+        let info = c
+            .registry
+            .lookup("", "v1", "nodes")
+            .cloned()
+            .expect("nodes");
+        c.create(&info, "", body, &WriteOptions::default())
+            .expect("node created");
+    }
+
+    #[test]
+    fn a_deployment_gets_running_pods_on_a_registered_default_node_and_settles() {
+        let mut c = Cluster::new(1000);
+        let sim = simulation();
+        deploy(&mut c, 2);
+        assert!(settle(&mut c, &sim) > 0);
+        let pods = pods(&c);
+        assert_eq!(pods.len(), 2);
+        for p in &pods {
+            assert_eq!(p["status"]["phase"], "Running");
+            assert_eq!(p["spec"]["nodeName"], "kube-sim-node");
+            assert!(pod_ready(p));
+            assert_eq!(p["metadata"]["labels"]["app"], "web");
+            assert_eq!(
+                p["metadata"]["labels"]["pod-template-hash"]
+                    .as_str()
+                    .map(str::len),
+                Some(10)
+            );
+        }
+        let default = node(&c, "kube-sim-node").expect("the pods' node exists as a Node");
+        assert!(node_ready(&default));
+        let d = c
+            .store
+            .get(
+                &("apps".into(), "deployments".into()),
+                &("default".into(), "web".into()),
+            )
+            .expect("deployment");
+        assert_eq!(d["status"]["readyReplicas"], 2);
+        assert_eq!(d["status"]["updatedReplicas"], 2);
+        // Quiet: nothing more to write.
+        assert_eq!(reconcile(&mut c, &sim).expect("pass").writes, 0);
+    }
+
+    #[test]
+    fn pods_go_to_ready_nodes_only() {
+        let mut c = Cluster::new(1000);
+        let sim = simulation();
+        sim.nodes
+            .add(&mut c, "a", &BTreeMap::new())
+            .expect("node a");
+        sim.nodes
+            .add(&mut c, "b", &BTreeMap::new())
+            .expect("node b");
+        sim.nodes.set_ready(&mut c, "b", false).expect("b down");
+        deploy(&mut c, 3);
+        settle(&mut c, &sim);
+        let pods_now = pods(&c);
+        assert!(
+            pods_now.iter().all(|p| p["spec"]["nodeName"] == "a"),
+            "{pods_now:?}"
+        );
+        assert!(
+            pods_now
+                .iter()
+                .all(|p| p["status"]["hostIP"] == "127.0.1.1")
+        );
+        // Node a goes NotReady: its pods stop being Ready.
+        sim.nodes.set_ready(&mut c, "a", false).expect("a down");
+        settle(&mut c, &sim);
+        assert!(pods(&c).iter().all(|p| !pod_ready(p)));
+        assert!(!node_ready(&node(&c, "a").expect("node")));
+        assert!(
+            node(&c, "kube-sim-node").is_none(),
+            "nodes exist: no default"
+        );
+    }
+
+    #[test]
+    fn user_created_nodes_get_a_kubelet_and_cordoned_or_tainted_ones_no_pods() {
+        let mut c = Cluster::new(1000);
+        let sim = simulation();
+        create_node(
+            &mut c,
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-1"}}),
+        );
+        create_node(
+            &mut c,
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cordoned"},
+            "spec": {"unschedulable": true}}),
+        );
+        create_node(
+            &mut c,
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "tainted"},
+            "spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}}),
+        );
+        deploy(&mut c, 2);
+        settle(&mut c, &sim);
+        for name in ["worker-1", "cordoned", "tainted"] {
+            let n = node(&c, name).expect("node");
+            assert!(node_ready(&n), "{name} is Ready: {n}");
+            assert_eq!(n["status"]["capacity"]["pods"], "110");
+            let ready = n["status"]["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready").cloned())
+                .expect("Ready condition");
+            assert_eq!(ready["reason"], "KubeletReady");
+        }
+        assert!(pods(&c).iter().all(|p| p["spec"]["nodeName"] == "worker-1"));
+        assert!(node(&c, "kube-sim-node").is_none());
+        // Heartbeats reach adopted nodes.
+        assert!(sim.nodes.knows("worker-1"));
+    }
+
+    #[test]
+    fn every_namespace_gets_the_default_service_account_and_the_root_ca_config_map() {
+        let mut c = Cluster::new(1000);
+        let sim = Simulation {
+            options: WorkloadOptions {
+                root_ca: "-----BEGIN CERTIFICATE-----\n".into(),
+                ..Default::default()
+            },
+            ..simulation()
+        };
+        let ns_info = c
+            .registry
+            .lookup("", "v1", "namespaces")
+            .cloned()
+            .expect("ns");
+        c.create(
+            &ns_info,
+            "",
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}),
+            &WriteOptions::default(),
+        )
+        .expect("namespace");
+        settle(&mut c, &sim);
+        for ns in [
+            "default",
+            "kube-system",
+            "kube-public",
+            "kube-node-lease",
+            "team-a",
+        ] {
+            let sa = c.store.get(
+                &(String::new(), "serviceaccounts".into()),
+                &(ns.into(), "default".into()),
+            );
+            assert!(sa.is_some(), "default ServiceAccount in {ns}");
+            let cm = c
+                .store
+                .get(
+                    &(String::new(), "configmaps".into()),
+                    &(ns.into(), "kube-root-ca.crt".into()),
+                )
+                .expect("kube-root-ca.crt");
+            assert_eq!(cm["data"]["ca.crt"], "-----BEGIN CERTIFICATE-----\n");
+        }
+        // A deleted ServiceAccount comes back, as the controller recreates it.
+        let sa_info = c
+            .registry
+            .lookup("", "v1", "serviceaccounts")
+            .cloned()
+            .expect("sa");
+        c.delete(
+            &sa_info,
+            "team-a",
+            "default",
+            &crate::cluster::DeleteOptions::default(),
+        )
+        .expect("deleted");
+        assert!(settle(&mut c, &sim) > 0);
+        assert!(
+            c.store
+                .get(
+                    &(String::new(), "serviceaccounts".into()),
+                    &("team-a".into(), "default".into())
+                )
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn tolerations_match_taints_by_key_value_and_effect() {
+        let ready = json!({"type": "Ready", "status": "True"});
+        let n = json!({"spec": {"taints": [{"key": "k", "value": "v", "effect": "NoSchedule"},
+                                           {"key": "soft", "effect": "PreferNoSchedule"}]},
+                       "status": {"conditions": [ready]}});
+        assert!(!schedulable(&n, &json!({})));
+        assert!(schedulable(
+            &n,
+            &json!({"tolerations": [{"key": "k", "value": "v", "effect": "NoSchedule"}]})
+        ));
+        assert!(schedulable(
+            &n,
+            &json!({"tolerations": [{"key": "k", "operator": "Exists"}]})
+        ));
+        assert!(schedulable(
+            &n,
+            &json!({"tolerations": [{"operator": "Exists"}]})
+        ));
+        assert!(!schedulable(
+            &n,
+            &json!({"tolerations": [{"key": "k", "value": "w"}]})
+        ));
+        assert!(!schedulable(
+            &n,
+            &json!({"tolerations": [{"key": "k", "operator": "Exists", "effect": "NoExecute"}]})
+        ));
+    }
+}

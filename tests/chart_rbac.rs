@@ -1,0 +1,476 @@
+//! The chart's RBAC, proven on the real binaries: the chart is installed with Helm's library into
+//! kube-sim with RBAC on, and each controller runs as a process with the flags of its rendered
+//! Deployment, authenticated as its chart ServiceAccount, through its end-to-end scenario.
+//!
+//! Sufficient: kube-sim's request accounting shows zero 403s for that ServiceAccount. Minimal:
+//! every (group, resource, verb) the chart grants was used by a successful request in the scenario,
+//! so removing any grant turns a request of the scenario into a 403 (which the first check forbids).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use capstan_runtime::testing::BinaryUnderTest;
+use capstan_scenarios::helm::{self, Cluster};
+use capstan_scenarios::tools::{binary, eventually};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+const NS: &str = "capstan-system";
+/// machineclass-controller's namespace (`controllers.machineclass-controller.namespace`).
+const MACHINES: &str = "machines";
+const CONFIG_NS: &str = "koordinator-system";
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The chart installed as `capstan` in capstan-system, Machines in their own namespace.
+async fn installed(test: &str) -> Option<(Cluster, Value)> {
+    if !helm::available(test).await {
+        return None;
+    }
+    let cluster = Cluster::start().await;
+    cluster.create_namespaces(&[CONFIG_NS, MACHINES]).await;
+    let values = json!({"controllers": {"machineclass-controller": {"namespace": MACHINES}}});
+    let release = match cluster.install("capstan", NS, &values).await {
+        Ok(r) => r,
+        Err(e) => panic!("install failed: {e:?}"),
+    };
+    // Helm installed the CRDs from crds/; wait until they are served.
+    let machines: Api<capstan_apis::machine::Machine> =
+        Api::namespaced(cluster.admin.clone(), MACHINES);
+    eventually("CRDs served", WAIT, String::new, || async {
+        machines.list(&ListParams::default()).await.ok().map(drop)
+    })
+    .await;
+    Some((cluster, release))
+}
+
+/// The container args of the rendered Deployment `name`, made local: metrics on a free loopback
+/// port, and the ServiceAccount's kubeconfig.
+fn local_args(release: &Value, name: &str, kubeconfig: &str) -> Vec<String> {
+    let deployment = release["objects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no Deployment {name} rendered"));
+    let mut args: Vec<String> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("string arg").to_owned())
+        .map(|a| {
+            if a.starts_with("--metrics-addr=") {
+                "--metrics-addr=127.0.0.1:0".to_owned()
+            } else {
+                a
+            }
+        })
+        .collect();
+    args.extend(["--kubeconfig".to_owned(), kubeconfig.to_owned()]);
+    args
+}
+
+/// Starts `component`'s binary as its chart ServiceAccount with the chart's flags plus `extra`.
+async fn run_as_service_account(
+    cluster: &Cluster,
+    release: &Value,
+    package: &str,
+    component: &str,
+    extra: &[&str],
+) -> (BinaryUnderTest, tempfile::NamedTempFile) {
+    let name = format!("capstan-{component}");
+    let kubeconfig = cluster.service_account_kubeconfig(NS, &name);
+    let path = kubeconfig.path().display().to_string();
+    let mut args = local_args(release, &name, &path);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let bin = BinaryUnderTest::spawn_with_env(
+        binary(package, component),
+        &args,
+        &[("POD_NAMESPACE", NS), ("POD_NAME", "pod-0")],
+    )
+    .await
+    .expect("controller starts");
+    (bin, kubeconfig)
+}
+
+/// Every (group, resource, verb) granted to `component` by the installed Roles and ClusterRoles.
+async fn granted(cluster: &Cluster, component: &str) -> BTreeSet<(String, String, String)> {
+    let lp = ListParams::default().labels(&format!(
+        "app.kubernetes.io/instance=capstan,app.kubernetes.io/component={component}"
+    ));
+    let mut rules: Vec<PolicyRule> = Vec::new();
+    let cluster_roles: Api<ClusterRole> = Api::all(cluster.admin.clone());
+    for role in cluster_roles.list(&lp).await.expect("list") {
+        rules.extend(role.rules.unwrap_or_default());
+    }
+    let roles: Api<Role> = Api::all(cluster.admin.clone());
+    for role in roles.list(&lp).await.expect("list") {
+        rules.extend(role.rules.unwrap_or_default());
+    }
+    let mut out = BTreeSet::new();
+    for rule in rules {
+        for group in rule.api_groups.unwrap_or_default() {
+            for resource in rule.resources.clone().unwrap_or_default() {
+                for verb in &rule.verbs {
+                    out.insert((group.clone(), resource.clone(), verb.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Zero 403s for the ServiceAccount, and every grant used by a successful request.
+async fn assert_rbac_sufficient_and_minimal(cluster: &Cluster, component: &str, output: &str) {
+    let user = format!("system:serviceaccount:{NS}:capstan-{component}");
+    let stats = cluster.sim.requests();
+    let mine: Vec<_> = stats
+        .counts
+        .iter()
+        .filter(|(k, _)| k.user == user)
+        .collect();
+    assert!(!mine.is_empty(), "no request was made as {user}");
+    let forbidden: Vec<String> = mine
+        .iter()
+        .filter(|(k, _)| k.code == 403)
+        .map(|(k, n)| {
+            format!(
+                "{n} x {} {}/{} {}",
+                k.verb, k.group, k.resource, k.subresource
+            )
+        })
+        .collect();
+    assert!(
+        forbidden.is_empty(),
+        "{component} was refused (the chart's RBAC is not sufficient): {forbidden:#?}\n{output}"
+    );
+    let unused: Vec<String> = granted(cluster, component)
+        .await
+        .into_iter()
+        .filter(|(group, resource, verb)| {
+            let (res, sub) = resource.split_once('/').unwrap_or((resource, ""));
+            !mine.iter().any(|(k, _)| {
+                k.code < 400
+                    && k.group == *group
+                    && k.resource == res
+                    && k.subresource == sub
+                    && k.verb == *verb
+            })
+        })
+        .map(|(g, r, v)| format!("{v} {g}/{r}"))
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "{component}: granted but never used by the scenario (not minimal): {unused:#?}"
+    );
+}
+
+fn from_json<K: serde::de::DeserializeOwned>(value: Value) -> K {
+    serde_json::from_value(value).expect("valid object")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodeslo_controller_runs_on_exactly_the_chart_rbac() {
+    let Some((cluster, release)) =
+        installed("nodeslo_controller_runs_on_exactly_the_chart_rbac").await
+    else {
+        return;
+    };
+    let admin = cluster.admin.clone();
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let slos: Api<capstan_apis::slo::NodeSlo> = Api::all(admin.clone());
+    let config: Api<ConfigMap> = Api::namespaced(admin.clone(), CONFIG_NS);
+    let pp = PostParams::default();
+    nodes
+        .create(&pp, &from_json(json!({"metadata": {"name": "n1"}})))
+        .await
+        .expect("node");
+    // An invalid bandwidth annotation: a Warning Event about the Node, in `default`.
+    nodes
+        .create(
+            &pp,
+            &from_json(json!({"metadata": {"name": "n2",
+                "annotations": {"node.koordinator.sh/network-bandwidth": "lots"}}})),
+        )
+        .await
+        .expect("node");
+    let (bin, _kubeconfig) = run_as_service_account(
+        &cluster,
+        &release,
+        "nodeslo-controller",
+        "nodeslo-controller",
+        &[],
+    )
+    .await;
+    let output = || bin.output().join("\n");
+
+    eventually("NodeSLOs for both nodes", WAIT, output, || async {
+        let n = slos.list(&ListParams::default()).await.ok()?.items.len();
+        (n == 2).then_some(())
+    })
+    .await;
+
+    // A config change reaches the NodeSLOs (a JSON patch each).
+    config
+        .create(
+            &pp,
+            &from_json(
+                json!({"metadata": {"name": "slo-controller-config", "namespace": CONFIG_NS},
+                "data": {"resource-threshold-config":
+                    r#"{"clusterStrategy":{"enable":true,"cpuSuppressThresholdPercent":60}}"#}}),
+            ),
+        )
+        .await
+        .expect("configmap");
+    eventually("the new threshold on n1", WAIT, output, || async {
+        let slo = slos.get("n1").await.ok()?;
+        let spec = serde_json::to_value(&slo.spec).ok()?;
+        (spec.pointer("/resourceUsedThresholdWithBE/cpuSuppressThresholdPercent")
+            == Some(&json!(60)))
+        .then_some(())
+    })
+    .await;
+
+    // An invalid key, twice: a Warning Event on the ConfigMap, then the same Event patched (series).
+    for attempt in ["invalid_content", "still_invalid"] {
+        config
+            .patch(
+                "slo-controller-config",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {"resource-threshold-config": attempt}})),
+            )
+            .await
+            .expect("configmap patched");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let config_events: Api<Event> = Api::namespaced(admin.clone(), CONFIG_NS);
+    eventually("the config Warning counted twice", WAIT, output, || async {
+        let list = config_events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|e| e.series.as_ref().is_some_and(|s| s.count >= 2))
+            .map(drop)
+    })
+    .await;
+    // Another invalid value on n2 is reported again: the same Event, patched (a series).
+    let node_events: Api<Event> = Api::namespaced(admin.clone(), "default");
+    eventually("the Node Warning", WAIT, output, || async {
+        let list = node_events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("InvalidNetworkBandwidth"))
+            .map(drop)
+    })
+    .await;
+    nodes
+        .patch(
+            "n2",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations":
+                {"node.koordinator.sh/network-bandwidth": "plenty"}}})),
+        )
+        .await
+        .expect("node patched");
+    eventually("the Node Warning counted twice", WAIT, output, || async {
+        let list = node_events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("InvalidNetworkBandwidth")
+                    && e.series.as_ref().is_some_and(|s| s.count >= 2)
+            })
+            .map(drop)
+    })
+    .await;
+
+    // A deleted Node takes its NodeSLO.
+    nodes
+        .delete("n1", &DeleteParams::default())
+        .await
+        .expect("node deleted");
+    eventually("n1's NodeSLO deleted", WAIT, output, || async {
+        slos.get_opt("n1").await.ok()?.is_none().then_some(())
+    })
+    .await;
+
+    assert_rbac_sufficient_and_minimal(&cluster, "nodeslo-controller", &output()).await;
+}
+
+/// A Machine of class `sim` in the machines namespace (the sim driver makes it Running).
+fn machine(name: &str, labels: Value) -> Value {
+    json!({"apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
+        "metadata": {"name": name, "namespace": MACHINES, "labels": labels},
+        "spec": {"class": {"kind": "MachineClass", "name": "sim"}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machineclass_controller_runs_on_exactly_the_chart_rbac() {
+    use capstan_apis::machine::{Machine, MachineClass};
+    let Some((cluster, release)) =
+        installed("machineclass_controller_runs_on_exactly_the_chart_rbac").await
+    else {
+        return;
+    };
+    let admin = cluster.admin.clone();
+    let machines: Api<Machine> = Api::namespaced(admin.clone(), MACHINES);
+    let classes: Api<MachineClass> = Api::namespaced(admin.clone(), MACHINES);
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let pp = PostParams::default();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(admin.clone(), MACHINES);
+    secrets
+        .create(
+            &pp,
+            &from_json(json!({"metadata": {"name": "cloud", "namespace": MACHINES},
+                "data": {"userData": "Y2xvdWQtaW5pdA=="}})),
+        )
+        .await
+        .expect("secret");
+    classes
+        .create(
+            &pp,
+            &from_json(
+                json!({"apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineClass",
+                "metadata": {"name": "sim", "namespace": MACHINES},
+                "provider": "simulated", "providerSpec": {},
+                "secretRef": {"name": "cloud", "namespace": MACHINES},
+                "nodeTemplate": {"capacity": {"cpu": "2", "gpu": "0", "memory": "8Gi"},
+                    "virtualCapacity": {"hc.hana.com/memory": "1234567"},
+                    "instanceType": "sim.large", "region": "sim-1", "zone": "sim-1a"}}),
+            ),
+        )
+        .await
+        .expect("class");
+    for (name, labels) in [
+        ("drained", json!({})),
+        ("forced", json!({"force-deletion": "true"})),
+        ("orphaned", json!({})),
+    ] {
+        machines
+            .create(&pp, &from_json(machine(name, labels)))
+            .await
+            .expect("machine");
+    }
+    let (bin, _kubeconfig) = run_as_service_account(
+        &cluster,
+        &release,
+        "machineclass-controller",
+        "machineclass-controller",
+        &["--short-retry=500ms", "--sim-ready-delay=1s"],
+    )
+    .await;
+    let output = || bin.output().join("\n");
+    let phase = |m: &Machine| m.phase().map(|p| p.as_str().to_owned());
+
+    eventually("every Machine Running", WAIT, output, || async {
+        let list = machines.list(&ListParams::default()).await.ok()?;
+        (list.items.len() == 3
+            && list
+                .items
+                .iter()
+                .all(|m| phase(m).as_deref() == Some("Running")))
+        .then_some(())
+    })
+    .await;
+
+    // A class in use: deletion is blocked with a Warning Event on the class.
+    classes
+        .delete("sim", &DeleteParams::default())
+        .await
+        .expect("class delete accepted");
+    let events: Api<Event> = Api::namespaced(admin.clone(), MACHINES);
+    eventually("MachineClassInUse Warning", WAIT, output, || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("MachineClassInUse"))
+            .map(drop)
+    })
+    .await;
+
+    // Drain with eviction and a volume attachment to remove, then the forced deletion.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let attachments: Api<VolumeAttachment> = Api::all(admin.clone());
+    for node in ["drained", "forced"] {
+        pods.create(
+            &pp,
+            &from_json(
+                json!({"metadata": {"name": format!("app-on-{node}"), "namespace": "default"},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}}),
+            ),
+        )
+        .await
+        .expect("pod");
+        attachments
+            .create(
+                &pp,
+                &from_json(json!({"metadata": {"name": format!("va-{node}")},
+                    "spec": {"attacher": "csi.sim", "nodeName": node,
+                        "source": {"persistentVolumeName": format!("pv-{node}")}}})),
+            )
+            .await
+            .expect("volume attachment");
+    }
+    for name in ["drained", "forced"] {
+        machines
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("machine delete accepted");
+    }
+    eventually(
+        "drained and forced Machines, their Nodes, Pods and attachments gone",
+        WAIT,
+        output,
+        || async {
+            for name in ["drained", "forced"] {
+                let gone = machines.get_opt(name).await.ok()?.is_none()
+                    && nodes.get_opt(name).await.ok()?.is_none()
+                    && pods
+                        .get_opt(&format!("app-on-{name}"))
+                        .await
+                        .ok()?
+                        .is_none()
+                    && attachments
+                        .get_opt(&format!("va-{name}"))
+                        .await
+                        .ok()?
+                        .is_none();
+                if !gone {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+
+    // A Node deleted under a Machine takes the Machine, and with no Machine left the class goes.
+    nodes
+        .delete("orphaned", &DeleteParams::default())
+        .await
+        .expect("node delete accepted");
+    eventually(
+        "orphaned Machine, Node and the class gone",
+        WAIT,
+        output,
+        || async {
+            let gone = machines.get_opt("orphaned").await.ok()?.is_none()
+                && nodes.get_opt("orphaned").await.ok()?.is_none()
+                && classes.get_opt("sim").await.ok()?.is_none();
+            gone.then_some(())
+        },
+    )
+    .await;
+    let vms: Api<ConfigMap> = Api::namespaced(admin.clone(), MACHINES);
+    let left = vms.list(&ListParams::default()).await.expect("list VMs");
+    assert!(
+        left.items.is_empty(),
+        "simulated VMs left: {:?}",
+        left.items.len()
+    );
+
+    assert_rbac_sufficient_and_minimal(&cluster, "machineclass-controller", &output()).await;
+}

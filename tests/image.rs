@@ -1,0 +1,121 @@
+//! The container image `cargo xtask image` builds: an OCI archive tagged with the chart's
+//! appVersion, configured to run as UID 65532, in which every Capstan binary starts (`--help`) as
+//! that user, with nothing but its own files and the libraries it links.
+
+use std::process::{Command, Output};
+
+use capstan_scenarios::tools::{binary, skip_or_fail, workspace_root};
+
+/// (cargo package, binary) of everything the image carries.
+const BINARIES: [(&str, &str); 7] = [
+    ("machineclass-controller", "machineclass-controller"),
+    ("nodeslo-controller", "nodeslo-controller"),
+    ("gw-recycler", "gw-recycler"),
+    ("sidecar-shim", "router-sidecar"),
+    ("sidecar-shim", "gw-sidecar"),
+    ("kube-sim", "kube-sim"),
+    ("machine-driver", "machine-driver-sim"),
+];
+/// The dev-profile image's local name (`cargo xtask image --profile dev`).
+const LOCAL_NAME: &str = "ghcr.io/capstan/capstan:0.1.0-dev";
+
+fn run(cmd: &mut Command) -> Output {
+    let shown = format!("{cmd:?}");
+    let out = cmd.output().unwrap_or_else(|e| panic!("{shown}: {e}"));
+    assert!(
+        out.status.success(),
+        "{shown} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Removes the working container even when an assertion fails.
+struct WorkingContainer(String);
+
+impl Drop for WorkingContainer {
+    fn drop(&mut self) {
+        let _ = Command::new("buildah").args(["rm", &self.0]).output();
+    }
+}
+
+#[test]
+fn every_binary_answers_help_inside_the_image_as_the_non_root_user() {
+    let test = "every_binary_answers_help_inside_the_image_as_the_non_root_user";
+    match Command::new("buildah").args(["info"]).output() {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => {
+            return skip_or_fail(test, "buildah", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Err(e) => return skip_or_fail(test, "buildah", &e.to_string()),
+    }
+    let root = workspace_root();
+    let archive = root.join("target/image/capstan-0.1.0-test.oci.tar");
+    // The dev-profile binaries this test run was built with (a release build takes ~10 min).
+    for (package, name) in BINARIES {
+        binary(package, name);
+    }
+    run(Command::new(binary("xtask", "xtask"))
+        .args(["image", "--profile", "dev", "--no-build", "--archive"])
+        .arg(&archive)
+        .current_dir(&root));
+
+    let index = run(Command::new("tar")
+        .arg("-xOf")
+        .arg(&archive)
+        .arg("index.json"));
+    let index = String::from_utf8_lossy(&index.stdout);
+    assert!(
+        index.contains("\"org.opencontainers.image.ref.name\":\"ghcr.io/capstan/capstan:0.1.0\""),
+        "the archive is not tagged with the chart's appVersion: {index}"
+    );
+
+    let user = run(Command::new("buildah").args([
+        "inspect",
+        "--type",
+        "image",
+        "--format",
+        "{{.OCIv1.Config.User}}",
+        LOCAL_NAME,
+    ]));
+    assert_eq!(String::from_utf8_lossy(&user.stdout).trim(), "65532:65532");
+
+    let container = run(Command::new("buildah").args(["from", "--pull-never", LOCAL_NAME]));
+    let container = WorkingContainer(String::from_utf8_lossy(&container.stdout).trim().to_owned());
+    for (_, binary) in BINARIES {
+        let out = run(Command::new("buildah").args([
+            "run",
+            "--isolation=chroot",
+            "--user",
+            "65532:65532",
+            &container.0,
+            "--",
+            &format!("/usr/local/bin/{binary}"),
+            "--help",
+        ]));
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            help.contains("Usage:") && help.contains(binary),
+            "{binary} --help in the image printed: {help}"
+        );
+    }
+    // The image is the binaries, their libraries and /etc: no shell to exec into.
+    let shell = Command::new("buildah")
+        .args([
+            "run",
+            "--isolation=chroot",
+            &container.0,
+            "--",
+            "/bin/sh",
+            "-c",
+            "true",
+        ])
+        .output()
+        .expect("buildah runs");
+    assert!(
+        !shell.status.success(),
+        "the image unexpectedly has /bin/sh"
+    );
+    let _ = std::fs::remove_file(&archive);
+}
