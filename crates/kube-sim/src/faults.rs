@@ -80,10 +80,73 @@ pub struct FaultConfig {
     pub watch_resume_gone_rate: f64,
 }
 
+/// The longest latency or watch lifetime a fault may ask for: a day (beyond it a test hangs,
+/// and far beyond it the deadline overflows).
+pub const MAX_FAULT_SECONDS: u64 = 24 * 3600;
+
+/// A probability: finite and within [0, 1].
+fn check_rate(field: &str, rate: f64) -> Result<(), FaultConfigError> {
+    if rate.is_finite() && (0.0..=1.0).contains(&rate) {
+        return Ok(());
+    }
+    Err(FaultConfigError::invalid(
+        field,
+        format!("must be a number between 0 and 1, not {rate}"),
+    ))
+}
+
+/// A number of seconds that becomes a `Duration`: finite, not negative, at most a day.
+pub fn check_seconds(field: &str, secs: f64) -> Result<Duration, FaultConfigError> {
+    if secs.is_finite() && (0.0..=MAX_FAULT_SECONDS as f64).contains(&secs) {
+        return Ok(Duration::from_secs_f64(secs));
+    }
+    Err(FaultConfigError::invalid(
+        field,
+        format!("must be between 0 and {MAX_FAULT_SECONDS} seconds, not {secs}"),
+    ))
+}
+
 impl FaultConfig {
-    /// Parses JSON (the admin endpoint's and `--faults`' format).
-    pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
-        serde_json::from_str(text)
+    /// Parses and checks JSON (the admin endpoint's and `--faults`' format).
+    pub fn from_json(text: &str) -> Result<Self, FaultConfigError> {
+        let config: Self = serde_json::from_str(text)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Every number in range, so that no later conversion (rates, durations, deadlines) can
+    /// fail; the error names the first field that is not.
+    pub fn validate(&self) -> Result<(), FaultConfigError> {
+        for (i, rule) in self.errors.iter().enumerate() {
+            check_rate(&format!("errors[{i}].rate"), rule.rate)?;
+            if !(400..=599).contains(&rule.code) {
+                return Err(FaultConfigError::invalid(
+                    &format!("errors[{i}].code"),
+                    format!("must be an HTTP error code (400-599), not {}", rule.code),
+                ));
+            }
+            if rule.retry_after_seconds > MAX_FAULT_SECONDS {
+                return Err(FaultConfigError::invalid(
+                    &format!("errors[{i}].retryAfterSeconds"),
+                    format!("must be at most {MAX_FAULT_SECONDS}"),
+                ));
+            }
+        }
+        for (field, ms) in [
+            ("latencyMs", self.latency_ms),
+            ("latencyJitterMs", self.latency_jitter_ms),
+        ] {
+            if ms > MAX_FAULT_SECONDS * 1000 {
+                return Err(FaultConfigError::invalid(
+                    field,
+                    format!("must be at most {} ms, not {ms}", MAX_FAULT_SECONDS * 1000),
+                ));
+            }
+        }
+        if let Some(secs) = self.watch_max_seconds {
+            check_seconds("watchMaxSeconds", secs)?;
+        }
+        check_rate("watchResumeGoneRate", self.watch_resume_gone_rate)
     }
 
     /// The `--faults` flag: inline JSON, `@path` to a JSON file, or nothing.
@@ -100,7 +163,7 @@ impl FaultConfig {
                 None => f.to_string(),
             },
         };
-        Ok(Self::from_json(&text)?)
+        Self::from_json(&text)
     }
 
     /// The same error rate and code for every verb and resource.
@@ -128,6 +191,17 @@ pub enum FaultConfigError {
     },
     #[error("invalid fault configuration: {0}")]
     Json(#[from] serde_json::Error),
+    #[error("invalid fault configuration: {field}: {why}")]
+    Invalid { field: String, why: String },
+}
+
+impl FaultConfigError {
+    fn invalid(field: &str, why: String) -> Self {
+        Self::Invalid {
+            field: field.to_string(),
+            why,
+        }
+    }
 }
 
 /// An error to answer instead of running the request.
@@ -254,7 +328,12 @@ impl FaultInjector {
 
     /// The server refuses requests (dropping connections) for `d`.
     pub fn partition_for(&self, d: Duration) {
-        self.lock().partition_until = Some(Instant::now() + d);
+        // A library caller may ask for any length: an unrepresentable deadline is "a day".
+        let now = Instant::now();
+        let until = now
+            .checked_add(d)
+            .unwrap_or(now + Duration::from_secs(MAX_FAULT_SECONDS));
+        self.lock().partition_until = Some(until);
     }
 
     pub fn heal_partition(&self) {
@@ -281,7 +360,7 @@ impl FaultInjector {
             s.config
                 .watch_max_seconds
                 .filter(|t| *t > 0.0)
-                .map(Duration::from_secs_f64),
+                .and_then(|s| Duration::try_from_secs_f64(s).ok()),
         )
     }
 
@@ -321,8 +400,9 @@ impl FaultInjector {
             ..Default::default()
         };
         if c.latency_jitter_ms > 0 {
-            d.latency +=
-                Duration::from_millis((draw("latency") * c.latency_jitter_ms as f64) as u64);
+            d.latency = d.latency.saturating_add(Duration::from_millis(
+                (draw("latency") * c.latency_jitter_ms as f64) as u64,
+            ));
         }
         for (i, rule) in c.errors.iter().enumerate() {
             if rule.applies(info) && draw(&format!("error{i}")) < rule.rate {
@@ -439,6 +519,31 @@ mod tests {
         }
         .to_api_error(&i);
         assert_eq!((e.code, e.reason.as_str()), (500, "InternalError"));
+    }
+
+    #[test]
+    fn out_of_range_numbers_are_refused_by_field_and_never_panic() {
+        let nan = FaultConfig {
+            watch_max_seconds: Some(f64::NAN),
+            ..Default::default()
+        };
+        let err = nan.validate().expect_err("NaN");
+        assert!(err.to_string().contains("watchMaxSeconds: "), "{err}");
+        let rate = FaultConfig::uniform_errors(1, f64::INFINITY, 500);
+        let err = rate.validate().expect_err("infinite rate");
+        assert!(err.to_string().contains("errors[0].rate: "), "{err}");
+        // A library caller may skip `validate`: the injector must still not panic.
+        let f = FaultInjector::new(FaultConfig {
+            watch_max_seconds: Some(1e300),
+            latency_ms: u64::MAX,
+            latency_jitter_ms: u64::MAX,
+            ..Default::default()
+        });
+        assert_eq!(f.watch_limits().1, None);
+        assert!(f.decide(&info("GET", "/version"), false).latency >= Duration::from_secs(1));
+        f.partition_for(Duration::MAX);
+        assert!(f.partitioned());
+        assert!(FaultConfig::from_json(r#"{"latencyMs": 5, "errors": [{"rate": 1}]}"#).is_ok());
     }
 
     #[test]

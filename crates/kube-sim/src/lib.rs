@@ -18,8 +18,9 @@
 //! the verb in `cluster` under the lock in `shared`: `schema` (CRD pruning/defaulting/
 //! validation), `defaults` (built-in kinds), `patch` (JSON, merge, strategic), `apply`
 //! (server-side apply and managedFields), `convert` (served version <-> storage), then `store`
-//! (one resourceVersion counter, event history, broadcast to watches; `persistence` logs each
-//! event first when there is a data directory). `workloads` reacts to store events as the
+//! (objects as serialized JSON, one resourceVersion counter, event history, broadcast to
+//! watches; with a data directory `persistence` makes each event durable before it is applied
+//! and `snapshot` compacts the log). `workloads` reacts to store events as the
 //! controllers and kubelet would. Errors are `error::ApiError`, rendered as kube-apiserver's
 //! `Status`.
 
@@ -43,6 +44,7 @@ pub mod schema;
 pub mod selectors;
 mod server;
 pub mod shared;
+pub mod snapshot;
 pub mod store;
 pub mod testbed;
 pub mod tls;

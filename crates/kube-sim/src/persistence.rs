@@ -4,7 +4,11 @@
 //! (each event advances it by exactly one), so versions continue upwards after a restart and
 //! watches resume from the replayed history or get `410 Gone`.
 //!
-//! A line cut short by a crash is not acknowledged: it is dropped (and truncated away) on replay.
+//! A write whose record cannot be made durable (a full disk) is refused: the log is cut back to
+//! its last complete record and the request fails, so nothing is acknowledged that a restart
+//! would not find. A last record cut short by a crash (mid-record or mid-character) was never
+//! acknowledged: replay drops it, truncates it away and logs what it dropped; a bad record
+//! followed by more data is corruption, refused with its byte offset.
 
 use crate::cluster::Cluster;
 use crate::store::{Event, EventType, Store, obj_key};
@@ -12,6 +16,7 @@ use serde_json::{Value, json};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Seek, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 pub const LOG_FILE: &str = "events.jsonl";
 
@@ -22,25 +27,31 @@ pub enum PersistenceError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("corrupt event log {path} at line {line}: {why}")]
+    #[error("corrupt event log {path} at line {line} (byte offset {offset}): {why}")]
     Corrupt {
         path: PathBuf,
         line: usize,
+        offset: u64,
         why: String,
     },
 }
 
-/// One log line.
+/// One log line: the event's fields around the object's stored JSON (not re-serialized).
 pub fn encode(ev: &Event) -> Vec<u8> {
-    let mut line = serde_json::to_vec(&json!({
+    let head = json!({
         "rv": ev.rv,
         "type": ev.type_.as_str(),
         "group": ev.key.0,
         "resource": ev.key.1,
-        "object": &*ev.object,
-    }))
-    .unwrap_or_default();
-    line.push(b'\n');
+    })
+    .to_string();
+    let object = ev.object.json();
+    let mut line = Vec::with_capacity(head.len() + object.len() + 16);
+    // `{"group":..,"resource":..,"rv":..,"type":..` then `,"object":<json>}`.
+    line.extend_from_slice(&head.as_bytes()[..head.len() - 1]);
+    line.extend_from_slice(b",\"object\":");
+    line.extend_from_slice(object);
+    line.extend_from_slice(b"}\n");
     line
 }
 
@@ -54,8 +65,8 @@ pub struct Record {
     pub object: Value,
 }
 
-pub fn decode(line: &str) -> Result<Record, String> {
-    let v: Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+pub fn decode(line: &[u8]) -> Result<Record, String> {
+    let v: Value = serde_json::from_slice(line).map_err(|e| e.to_string())?;
     let type_ = match v["type"].as_str() {
         Some("ADDED") => EventType::Added,
         Some("MODIFIED") => EventType::Modified,
@@ -88,36 +99,46 @@ pub fn read_log(path: &Path) -> Result<(Vec<Record>, u64), PersistenceError> {
     let mut reader = BufReader::new(file);
     let mut records = Vec::new();
     let mut valid_len = 0u64;
-    let mut buf = String::new();
+    let mut buf = Vec::new();
     let mut line_no = 0;
     loop {
         buf.clear();
-        let n = reader.read_line(&mut buf).map_err(io)?;
+        let n = reader.read_until(b'\n', &mut buf).map_err(io)?;
         if n == 0 {
             break;
         }
         line_no += 1;
-        let complete = buf.ends_with('\n');
-        let decoded = decode(buf.trim_end());
-        if !complete {
-            // The last line may be cut short by a crash: it was never acknowledged.
+        let torn = |why: &str| {
+            tracing::warn!(
+                path = %path.display(),
+                line = line_no,
+                offset = valid_len,
+                bytes = n,
+                "dropping the torn last record of the event log ({why}); it was never acknowledged"
+            );
+        };
+        if !buf.ends_with(b"\n") {
+            // Cut short by a crash (mid-record, maybe mid-character): never acknowledged.
+            torn("no line end");
             break;
         }
-        match decoded {
+        match decode(&buf[..buf.len() - 1]) {
             Ok(r) => {
                 records.push(r);
                 valid_len += n as u64;
             }
             Err(why) => {
-                // A bad last line is a torn write; a bad line followed by more data is corruption.
-                let mut rest = String::new();
-                reader.read_line(&mut rest).map_err(io)?;
+                // A bad last record is a torn write; a bad record followed by more is corruption.
+                let mut rest = Vec::new();
+                reader.read_until(b'\n', &mut rest).map_err(io)?;
                 if rest.is_empty() {
+                    torn(&why);
                     break;
                 }
                 return Err(PersistenceError::Corrupt {
                     path: path.to_path_buf(),
                     line: line_no,
+                    offset: valid_len,
                     why,
                 });
             }
@@ -127,18 +148,23 @@ pub fn read_log(path: &Path) -> Result<(Vec<Record>, u64), PersistenceError> {
 }
 
 /// Rebuilds the store from a log: replaying every event in order reproduces its resourceVersion.
+/// `store` is empty or holds a snapshot; records it already covers are skipped.
 pub fn replay(
     cluster: &mut Cluster,
+    mut store: Store,
     records: Vec<Record>,
-    history: usize,
     path: &Path,
 ) -> Result<(), PersistenceError> {
-    let mut store = Store::new(history);
+    let covered = store.resource_version();
     for (i, r) in records.into_iter().enumerate() {
+        if r.rv <= covered {
+            continue;
+        }
         if r.rv != store.resource_version() + 1 {
             return Err(PersistenceError::Corrupt {
                 path: path.to_path_buf(),
                 line: i + 1,
+                offset: 0,
                 why: format!(
                     "resourceVersion {} does not follow {}",
                     r.rv,
@@ -156,6 +182,7 @@ pub fn replay(
                     return Err(PersistenceError::Corrupt {
                         path: path.to_path_buf(),
                         line: i + 1,
+                        offset: 0,
                         why: "deletion of an object that does not exist".into(),
                     });
                 }
@@ -170,7 +197,7 @@ pub fn replay(
     let crds: Vec<Value> = cluster
         .store
         .list(&crd_key, None)
-        .map(|(_, v)| (**v).clone())
+        .map(|(_, v)| v.value())
         .collect();
     cluster.registry.rebuild(crds.iter());
     Ok(())
@@ -186,10 +213,26 @@ pub fn open(dir: &Path, cluster: &mut Cluster, history: usize) -> Result<(), Per
     };
     std::fs::create_dir_all(dir).map_err(io)?;
     let path = dir.join(LOG_FILE);
+    let mut store = Store::new(history);
+    let mut snapshot_len = 0;
+    let snapshot = crate::snapshot::read(dir).map_err(|why| PersistenceError::Corrupt {
+        path: dir.join(crate::snapshot::SNAPSHOT_FILE),
+        line: 0,
+        offset: 0,
+        why,
+    })?;
+    let from_snapshot = snapshot.is_some();
+    if let Some((rv, objects, size)) = snapshot {
+        for (key, obj) in objects {
+            store.restore(&key, obj);
+        }
+        store.restored_at(rv);
+        snapshot_len = size;
+    }
     let (records, valid_len) = read_log(&path)?;
-    let fresh = records.is_empty();
+    let fresh = records.is_empty() && !from_snapshot;
     if !fresh {
-        replay(cluster, records, history, &path)?;
+        replay(cluster, store, records, &path)?;
     }
     let mut file = OpenOptions::new()
         .create(true)
@@ -208,6 +251,7 @@ pub fn open(dir: &Path, cluster: &mut Cluster, history: usize) -> Result<(), Per
             .map_err(|_| PersistenceError::Corrupt {
                 path: path.clone(),
                 line: 0,
+                offset: 0,
                 why: "the initial objects are no longer in the event history".into(),
             })?;
         for ev in seeded {
@@ -219,14 +263,92 @@ pub fn open(dir: &Path, cluster: &mut Cluster, history: usize) -> Result<(), Per
         // Make the log's directory entry durable too.
         let _ = d.sync_all();
     }
-    let log_path = path.clone();
+    let durable_len = file.metadata().map_err(io)?.len();
+    let log = Arc::new(Mutex::new(Log {
+        file,
+        path: path.clone(),
+        dir: dir.to_path_buf(),
+        durable_len,
+        snapshot_len,
+    }));
+    let appender = log.clone();
     cluster.store.set_sink(Box::new(move |ev: &Event| {
-        let written = file.write_all(&encode(ev)).and_then(|()| file.sync_data());
-        if let Err(e) = written {
-            tracing::error!(path = %log_path.display(), error = %e, "cannot persist a write");
-        }
+        appender
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .append(ev)
+    }));
+    cluster.store.set_compactor(Box::new(move |store: &Store| {
+        log.lock().unwrap_or_else(|p| p.into_inner()).compact(store);
     }));
     Ok(())
+}
+
+/// The open log of a data directory.
+struct Log {
+    file: File,
+    path: PathBuf,
+    dir: PathBuf,
+    /// Bytes of complete, fsync'd records.
+    durable_len: u64,
+    /// Size of the last snapshot: about the live data.
+    snapshot_len: u64,
+}
+
+impl Log {
+    fn append(&mut self, ev: &Event) -> Result<(), String> {
+        let record = encode(ev);
+        match self
+            .file
+            .write_all(&record)
+            .and_then(|()| self.file.sync_data())
+        {
+            Ok(()) => {
+                self.durable_len += record.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                // Cut a partial record away so the log stays valid for the next start.
+                let restored = self.truncate(self.durable_len);
+                tracing::error!(path = %self.path.display(), error = %e, restored = restored.is_ok(), "cannot persist a write; refusing it");
+                Err(format!(
+                    "cannot persist the write to {}: {e}",
+                    self.path.display()
+                ))
+            }
+        }
+    }
+
+    fn truncate(&mut self, len: u64) -> std::io::Result<()> {
+        self.file.set_len(len)?;
+        self.file.seek(std::io::SeekFrom::Start(len))?;
+        Ok(())
+    }
+
+    /// Once the log outgrows the live data: snapshot, then empty the log. A crash between the
+    /// two leaves log records the snapshot covers; replay skips them.
+    fn compact(&mut self, store: &Store) {
+        let threshold = crate::snapshot::COMPACT_MIN_BYTES.max(2 * self.snapshot_len);
+        if self.durable_len <= threshold {
+            return;
+        }
+        let compacted = crate::snapshot::write(&self.dir, store).and_then(|size| {
+            self.truncate(0)?;
+            self.file.sync_all()?;
+            Ok(size)
+        });
+        match compacted {
+            Ok(size) => {
+                tracing::info!(dir = %self.dir.display(), log_bytes = self.durable_len, snapshot_bytes = size, "compacted the event log into a snapshot");
+                self.durable_len = 0;
+                self.snapshot_len = size;
+            }
+            // The log is still whole: compaction is retried after the next write.
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot compact the event log")
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -254,7 +376,7 @@ mod tests {
         let opts = WriteOptions::default();
         c.create(&info, "default", cm("a", "1"), &opts).expect("a");
         c.create(&info, "default", cm("b", "1"), &opts).expect("b");
-        let mut a = (**c
+        let mut a = (*c
             .store
             .get(&info.storage_key(), &("default".into(), "a".into()))
             .expect("a"))
@@ -339,7 +461,11 @@ mod tests {
         std::fs::write(&path, "not json\n{\"rv\":2}\n").expect("write");
         assert!(matches!(
             read_log(&path),
-            Err(PersistenceError::Corrupt { line: 1, .. })
+            Err(PersistenceError::Corrupt {
+                line: 1,
+                offset: 0,
+                ..
+            })
         ));
     }
 }

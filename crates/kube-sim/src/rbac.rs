@@ -47,7 +47,7 @@ impl UserInfo {
         Self::new("system:anonymous", &["system:unauthenticated"])
     }
 
-    fn in_group(&self, g: &str) -> bool {
+    pub fn in_group(&self, g: &str) -> bool {
         self.groups.iter().any(|x| x == g)
     }
 }
@@ -135,15 +135,15 @@ pub fn rules_for(store: &Store, user: &UserInfo, namespace: &str) -> Vec<Value> 
             .and_then(|r| r["rules"].as_array().cloned())
             .unwrap_or_default()
     };
-    for (_, crb) in store.list(&rbac("clusterrolebindings"), None) {
-        if bound(crb, user, "") && crb["roleRef"]["kind"] == "ClusterRole" {
+    for (_, crb) in store.list_values(&rbac("clusterrolebindings"), None) {
+        if bound(&crb, user, "") && crb["roleRef"]["kind"] == "ClusterRole" {
             let name = crb["roleRef"]["name"].as_str().unwrap_or_default();
             rules.extend(role_rules("ClusterRole", "", name));
         }
     }
     if !namespace.is_empty() {
-        for (_, rb) in store.list(&rbac("rolebindings"), Some(namespace)) {
-            if bound(rb, user, namespace) {
+        for (_, rb) in store.list_values(&rbac("rolebindings"), Some(namespace)) {
+            if bound(&rb, user, namespace) {
                 let kind = rb["roleRef"]["kind"].as_str().unwrap_or_default();
                 let name = rb["roleRef"]["name"].as_str().unwrap_or_default();
                 rules.extend(role_rules(kind, namespace, name));

@@ -1,11 +1,13 @@
 //! The object store: one map per resource, one cluster-wide resourceVersion counter, a bounded
 //! history of events for watch resumption, and a broadcast of new events to live watchers.
+//! Objects are held as their serialized JSON (`Stored`), not as trees: memory follows the data,
+//! lists and watch events copy bytes, and only a request that needs the tree decodes it.
 
 use crate::registry::StorageKey;
 use bytes::Bytes;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use tokio::sync::broadcast;
 
 /// Namespace ("" for cluster-scoped) and name.
@@ -28,27 +30,57 @@ impl EventType {
     }
 }
 
-/// One change, shared by every watcher; the object is serialized at most once.
+/// One object as the store holds it: its JSON, serialized once and shared by the object map,
+/// the event history, lists and watch streams.
+#[derive(Debug, Clone)]
+pub struct Stored(Bytes);
+
+impl Stored {
+    pub fn encode(obj: &Value) -> Self {
+        let json = serde_json::to_vec(obj).unwrap_or_default();
+        // `Bytes::from(Vec)` keeps the Vec's spare capacity (up to as much again): copy it exact.
+        Self(Bytes::copy_from_slice(&json))
+    }
+
+    pub fn json(&self) -> &Bytes {
+        &self.0
+    }
+
+    /// The object as a tree. The bytes were written by `encode`, so they decode.
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.0).unwrap_or_default()
+    }
+
+    /// `apiVersion` without decoding when it is the first key (as serde_json writes a Map in
+    /// key order, it is for every kind whose top-level keys all sort after it); else decodes.
+    pub fn api_version(&self) -> Option<String> {
+        const LEAD: &[u8] = b"{\"apiVersion\":\"";
+        if let Some(rest) = self.0.strip_prefix(LEAD)
+            && let Some(end) = rest.iter().position(|b| *b == b'"' || *b == b'\\')
+            && rest[end] == b'"'
+        {
+            return std::str::from_utf8(&rest[..end]).ok().map(String::from);
+        }
+        self.value()["apiVersion"].as_str().map(String::from)
+    }
+}
+
+/// One change, shared by every watcher; the object is serialized once, when it is stored.
 #[derive(Debug)]
 pub struct Event {
     pub rv: u64,
     pub type_: EventType,
     pub key: StorageKey,
-    pub object: Arc<Value>,
+    /// Namespace ("" for cluster-scoped) and name of the object.
+    pub object_key: ObjKey,
+    pub object: Stored,
     /// The object before a modification (selectors: leaving the selector is a DELETED).
-    pub prev: Option<Arc<Value>>,
-    json: OnceLock<Bytes>,
+    pub prev: Option<Stored>,
 }
 
 impl Event {
     pub fn object_json(&self) -> &Bytes {
-        self.json
-            .get_or_init(|| Bytes::from(serde_json::to_vec(&*self.object).unwrap_or_default()))
-    }
-    pub fn namespace(&self) -> &str {
-        self.object["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or_default()
+        self.object.json()
     }
 }
 
@@ -69,12 +101,16 @@ fn owner_uids(obj: &Value) -> Vec<String> {
         .collect()
 }
 
-/// A hook that sees every event before it is published (see `Store::set_sink`).
-pub type EventSink = Box<dyn FnMut(&Event) + Send>;
+/// A hook that sees the store after each applied change (persistence compacts its log there).
+pub type Compactor = Box<dyn FnMut(&Store) + Send>;
+
+/// A hook that sees every event before it is applied and published (see `Store::set_sink`); an
+/// error refuses the event.
+pub type EventSink = Box<dyn FnMut(&Event) -> Result<(), String> + Send>;
 
 pub struct Store {
     rv: u64,
-    objects: HashMap<StorageKey, BTreeMap<ObjKey, Arc<Value>>>,
+    objects: HashMap<StorageKey, BTreeMap<ObjKey, Stored>>,
     history: VecDeque<Arc<Event>>,
     history_cap: usize,
     /// Every event after this resourceVersion is still in `history`.
@@ -84,8 +120,11 @@ pub struct Store {
     dependents: HashMap<String, BTreeSet<(StorageKey, ObjKey)>>,
     /// uid -> location, to resolve owners.
     uids: HashMap<String, (StorageKey, ObjKey)>,
-    /// Sees every event before it is published (persistence makes it durable there).
+    /// Sees every event before it is applied (persistence makes it durable there).
     sink: Option<EventSink>,
+    /// Why the sink last refused an event, until `take_failure`.
+    failure: Option<String>,
+    compactor: Option<Compactor>,
 }
 
 impl Store {
@@ -101,7 +140,46 @@ impl Store {
             dependents: HashMap::new(),
             uids: HashMap::new(),
             sink: None,
+            failure: None,
+            compactor: None,
         }
+    }
+
+    /// Installs the hook that sees the store after every later change.
+    pub fn set_compactor(&mut self, compactor: Compactor) {
+        self.compactor = Some(compactor);
+    }
+
+    fn after_change(&mut self) {
+        if let Some(mut compact) = self.compactor.take() {
+            compact(self);
+            self.compactor = Some(compact);
+        }
+    }
+
+    /// Puts an object back as a snapshot held it: no event, no new resourceVersion.
+    pub fn restore(&mut self, key: &StorageKey, obj: Value) {
+        let ok = obj_key(&obj);
+        self.index(key, &ok, None, Some(&obj));
+        self.objects
+            .entry(key.clone())
+            .or_default()
+            .insert(ok, Stored::encode(&obj));
+    }
+
+    /// After `restore`: the snapshot's resourceVersion; history starts there (older resumes
+    /// get `410 Gone`, as after an etcd compaction).
+    pub fn restored_at(&mut self, rv: u64) {
+        self.rv = rv;
+        self.history.clear();
+        self.history_floor = rv;
+    }
+
+    /// Every stored object with its storage key (snapshots).
+    pub fn all(&self) -> impl Iterator<Item = (&StorageKey, &Stored)> {
+        self.objects
+            .iter()
+            .flat_map(|(k, m)| m.values().map(move |s| (k, s)))
     }
 
     /// Installs the hook that sees every later event before it is published.
@@ -113,16 +191,31 @@ impl Store {
         self.rv
     }
 
-    pub fn get(&self, key: &StorageKey, obj: &ObjKey) -> Option<&Arc<Value>> {
+    /// An object, decoded.
+    pub fn get(&self, key: &StorageKey, obj: &ObjKey) -> Option<Arc<Value>> {
+        self.get_stored(key, obj).map(|s| Arc::new(s.value()))
+    }
+
+    pub fn get_stored(&self, key: &StorageKey, obj: &ObjKey) -> Option<&Stored> {
         self.objects.get(key)?.get(obj)
     }
 
-    /// Objects of a resource in key order, optionally within one namespace.
+    /// Objects of a resource in key order, decoded, optionally within one namespace.
+    pub fn list_values<'a>(
+        &'a self,
+        key: &StorageKey,
+        namespace: Option<&'a str>,
+    ) -> impl Iterator<Item = (&'a ObjKey, Arc<Value>)> + 'a {
+        self.list(key, namespace)
+            .map(|(k, s)| (k, Arc::new(s.value())))
+    }
+
+    /// Objects of a resource in key order, as stored, optionally within one namespace.
     pub fn list<'a>(
         &'a self,
         key: &StorageKey,
         namespace: Option<&'a str>,
-    ) -> Box<dyn Iterator<Item = (&'a ObjKey, &'a Arc<Value>)> + 'a> {
+    ) -> Box<dyn Iterator<Item = (&'a ObjKey, &'a Stored)> + 'a> {
         let Some(map) = self.objects.get(key) else {
             return Box::new(std::iter::empty());
         };
@@ -186,24 +279,32 @@ impl Store {
         }
     }
 
+    /// Offers the next event to the sink: on success the event is the new state (history,
+    /// watchers); on failure nothing changes (not even the resourceVersion) and the failure is
+    /// kept for `take_failure`, so the request that caused it is not acknowledged.
     fn record(
         &mut self,
         type_: EventType,
         key: StorageKey,
-        object: Arc<Value>,
-        prev: Option<Arc<Value>>,
-    ) {
+        object_key: ObjKey,
+        object: Stored,
+        prev: Option<Stored>,
+    ) -> bool {
         let event = Arc::new(Event {
-            rv: self.rv,
+            rv: self.rv + 1,
             type_,
             key,
+            object_key,
             object,
             prev,
-            json: OnceLock::new(),
         });
-        if let Some(sink) = self.sink.as_mut() {
-            sink(&event);
+        if let Some(sink) = self.sink.as_mut()
+            && let Err(why) = sink(&event)
+        {
+            self.failure.get_or_insert(why);
+            return false;
         }
+        self.rv = event.rv;
         if self.history.len() >= self.history_cap
             && let Some(old) = self.history.pop_front()
         {
@@ -212,39 +313,103 @@ impl Store {
         self.history.push_back(event.clone());
         // No receivers is fine: nobody is watching.
         let _ = self.tx.send(event);
+        true
     }
 
-    /// Stores an object under a new resourceVersion and emits ADDED or MODIFIED.
+    /// The first write the sink refused since the last call, if any (the request that made it
+    /// must fail).
+    pub fn take_failure(&mut self) -> Option<String> {
+        self.failure.take()
+    }
+
+    /// Stores an object under a new resourceVersion and emits ADDED or MODIFIED. When the sink
+    /// refuses the event, nothing is stored (see `take_failure`).
     pub fn put(&mut self, key: &StorageKey, mut obj: Value) -> Arc<Value> {
-        self.rv += 1;
-        obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
+        obj["metadata"]["resourceVersion"] = Value::String((self.rv + 1).to_string());
         let ok = obj_key(&obj);
-        let obj = Arc::new(obj);
-        let prev = self
-            .objects
-            .entry(key.clone())
-            .or_default()
-            .insert(ok.clone(), obj.clone());
-        self.index(key, &ok, prev.as_deref(), Some(&obj));
+        let stored = Stored::encode(&obj);
+        let prev = self.objects.get(key).and_then(|m| m.get(&ok)).cloned();
         let type_ = if prev.is_some() {
             EventType::Modified
         } else {
             EventType::Added
         };
-        self.record(type_, key.clone(), obj.clone(), prev);
-        obj
+        if !self.record(type_, key.clone(), ok.clone(), stored.clone(), prev.clone()) {
+            return Arc::new(obj);
+        }
+        self.objects
+            .entry(key.clone())
+            .or_default()
+            .insert(ok.clone(), stored);
+        let old = prev.as_ref().map(Stored::value);
+        self.index(key, &ok, old.as_ref(), Some(&obj));
+        self.after_change();
+        Arc::new(obj)
     }
 
-    /// Removes an object; the DELETED event carries the deletion's resourceVersion.
+    /// Removes an object; the DELETED event carries the deletion's resourceVersion. When the
+    /// sink refuses the event, the object stays (see `take_failure`).
     pub fn remove(&mut self, key: &StorageKey, ok: &ObjKey) -> Option<Arc<Value>> {
-        let old = self.objects.get_mut(key)?.remove(ok)?;
-        self.index(key, ok, Some(&old), None);
-        self.rv += 1;
-        let mut last = (*old).clone();
-        last["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
-        let last = Arc::new(last);
-        self.record(EventType::Deleted, key.clone(), last.clone(), Some(old));
-        Some(last)
+        let old = self.objects.get(key)?.get(ok)?.clone();
+        let mut last = old.value();
+        last["metadata"]["resourceVersion"] = Value::String((self.rv + 1).to_string());
+        if !self.record(
+            EventType::Deleted,
+            key.clone(),
+            ok.clone(),
+            Stored::encode(&last),
+            Some(old.clone()),
+        ) {
+            return Some(Arc::new(last));
+        }
+        if let Some(map) = self.objects.get_mut(key) {
+            map.remove(ok);
+        }
+        self.index(key, ok, Some(&old.value()), None);
+        self.after_change();
+        Some(Arc::new(last))
+    }
+
+    /// The objects of a resource as they were at resourceVersion `rv`, in key order: the current
+    /// state with every change after `rv` undone from the event history (the state before a
+    /// key's first later event is that event's `prev`, or nothing for an ADDED). `Err(oldest)`
+    /// when the history no longer reaches back to `rv`.
+    pub fn list_at(
+        &self,
+        key: &StorageKey,
+        namespace: Option<&str>,
+        rv: u64,
+    ) -> Result<Vec<(ObjKey, Stored)>, u64> {
+        if rv >= self.rv {
+            return Ok(self
+                .list(key, namespace)
+                .map(|(k, s)| (k.clone(), s.clone()))
+                .collect());
+        }
+        if rv < self.history_floor {
+            return Err(self.history_floor + 1);
+        }
+        let start = self.history.partition_point(|e| e.rv <= rv);
+        let mut then: HashMap<&ObjKey, Option<&Stored>> = HashMap::new();
+        for ev in self.history.range(start..).filter(|e| e.key == *key) {
+            then.entry(&ev.object_key).or_insert(match ev.type_ {
+                EventType::Added => None,
+                EventType::Modified | EventType::Deleted => ev.prev.as_ref(),
+            });
+        }
+        let mut at: BTreeMap<ObjKey, Stored> = self
+            .list(key, namespace)
+            .filter(|(k, _)| !then.contains_key(k))
+            .map(|(k, s)| (k.clone(), s.clone()))
+            .collect();
+        for (k, s) in then {
+            if let Some(s) = s
+                && namespace.is_none_or(|ns| k.0 == ns)
+            {
+                at.insert(k.clone(), s.clone());
+            }
+        }
+        Ok(at.into_iter().collect())
     }
 
     /// Forgets the event history (like an etcd compaction): resuming from any earlier

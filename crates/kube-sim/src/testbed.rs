@@ -222,14 +222,17 @@ async fn admin(tb: &Testbed, method: &Method, path: &str, body: Bytes) -> Respon
     match (method, path) {
         (&Method::GET, "/_sim/faults") => json_response(200, &json!(tb.faults.config())),
         (&Method::POST | &Method::PUT, "/_sim/faults") => {
-            match serde_json::from_slice::<FaultConfig>(&body) {
+            let parsed = std::str::from_utf8(&body)
+                .map_err(|e| ApiError::bad_request(format!("invalid fault configuration: {e}")))
+                .and_then(|text| {
+                    FaultConfig::from_json(text).map_err(|e| ApiError::bad_request(e.to_string()))
+                });
+            match parsed {
                 Ok(c) => {
                     tb.faults.configure(c);
                     json_response(200, &json!(tb.faults.config()))
                 }
-                Err(e) => status_response(&ApiError::bad_request(format!(
-                    "invalid fault configuration: {e}"
-                ))),
+                Err(e) => status_response(&e),
             }
         }
         (&Method::DELETE, "/_sim/faults") => {
@@ -239,9 +242,28 @@ async fn admin(tb: &Testbed, method: &Method, path: &str, body: Bytes) -> Respon
         }
         (&Method::POST, "/_sim/partition") => match parse(&body) {
             Ok(v) => {
-                let secs = v["seconds"].as_f64().unwrap_or(1.0).max(0.0);
-                tb.partition_for(Duration::from_secs_f64(secs));
-                json_response(200, &json!({"partitionedSeconds": secs}))
+                let secs = match &v["seconds"] {
+                    Value::Null => Some(1.0),
+                    s => s.as_f64(),
+                };
+                let checked = match secs {
+                    None => Err("seconds: must be a number".to_string()),
+                    Some(s) => crate::faults::check_seconds("seconds", s).map_err(|e| match e {
+                        crate::faults::FaultConfigError::Invalid { field, why } => {
+                            format!("{field}: {why}")
+                        }
+                        other => other.to_string(),
+                    }),
+                };
+                match checked {
+                    Ok(d) => {
+                        tb.partition_for(d);
+                        json_response(200, &json!({"partitionedSeconds": d.as_secs_f64()}))
+                    }
+                    Err(why) => {
+                        status_response(&ApiError::bad_request(format!("invalid partition: {why}")))
+                    }
+                }
             }
             Err(e) => status_response(&e),
         },
@@ -327,6 +349,23 @@ async fn middleware(State(tb): State<Arc<Testbed>>, mut req: Request, next: Next
         return r;
     }
     if path.starts_with("/_sim/") {
+        // The testbed's controls are the cluster admin's: with authentication on, only a
+        // `system:masters` token (401 without credentials, 403 for anyone else).
+        if tb.auth.enabled() {
+            // No credentials is no one here: the plain-HTTP admin default (kubectl sends no
+            // token over HTTP) is for the API, not for the testbed's switches.
+            if !req.headers().contains_key(header::AUTHORIZATION) {
+                return status_response(&ApiError::new(401, "Unauthorized", "Unauthorized"));
+            }
+            let user = match authenticate(&tb, &req) {
+                Ok(u) => u,
+                Err(e) => return status_response(&e),
+            };
+            if !user.in_group("system:masters") {
+                let info = RequestInfo::parse(req.method().as_str(), &path, query.as_deref());
+                return status_response(&rbac::forbidden(&user, &info));
+            }
+        }
         let method = req.method().clone();
         let body = match axum::body::to_bytes(req.into_body(), MAX_ADMIN_BODY).await {
             Ok(b) => b,

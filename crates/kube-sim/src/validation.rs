@@ -12,7 +12,7 @@ use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
-use crate::protobuf::schema::{Field, Label, Schema, Ty, schema};
+use crate::protobuf::schema::{Field, Label, Message, Schema, Ty, schema};
 
 /// What a request's `fieldValidation` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,12 +92,20 @@ fn join(path: &str, key: &str) -> String {
     }
 }
 
+/// Protobuf fields whose Go struct is embedded with `json:",inline"`.
+const INLINED: &[&str] = &[
+    "handler",
+    "volumeSource",
+    "persistentVolumeSource",
+    "ephemeralContainerCommon",
+];
+
 struct Walker<'s> {
     schema: &'s Schema,
     found: Findings,
 }
 
-impl Walker<'_> {
+impl<'s> Walker<'s> {
     fn type_error(&mut self, v: &Value, owner: &str, path: &str, go: String) {
         if self.found.type_error.is_none() {
             self.found.type_error = Some(format!(
@@ -123,15 +131,38 @@ impl Walker<'_> {
                 continue;
             }
             let p = join(path, &key);
-            let Some(field) = msg.fields.iter().find(|f| f.json == key) else {
+            let Some((owner, field)) = msg
+                .fields
+                .iter()
+                .find(|f| f.json == key)
+                .map(|f| (name, f))
+                .or_else(|| self.inlined_field(msg, &key))
+            else {
                 obj.remove(&key);
                 self.found.unknown.push(p);
                 continue;
             };
             if let Some(v) = obj.get_mut(&key) {
-                self.field(name, field, v, &p);
+                self.field(owner, field, v, &p);
             }
         }
+    }
+
+    /// A field of a message Go embeds inline (`Probe.handler` = ProbeHandler, `Volume.volumeSource`):
+    /// its JSON keys sit in the outer object, so they are looked up in the embedded message.
+    fn inlined_field(&self, msg: &Message, key: &str) -> Option<(&'s str, &'s Field)> {
+        let schema = self.schema;
+        msg.fields.iter().find_map(|f| match &f.ty {
+            Ty::Message(m) if INLINED.contains(&f.json.as_str()) => {
+                let (name, inner) = schema.messages_entry(m)?;
+                inner
+                    .fields
+                    .iter()
+                    .find(|g| g.json == key)
+                    .map(|g| (name, g))
+            }
+            _ => None,
+        })
     }
 
     fn field(&mut self, owner: &str, field: &Field, v: &mut Value, path: &str) {
@@ -376,6 +407,29 @@ mod tests {
         let w =
             json!({"apiVersion": "example.com/v1", "kind": "Widget", "spec": {"anything": true}});
         assert_eq!(check(w, Mode::Strict).0, Ok(vec![]));
+    }
+
+    #[test]
+    fn fields_of_inlined_go_structs_are_kept_and_checked() {
+        // Probe embeds ProbeHandler and Volume embeds VolumeSource with `json:",inline"`.
+        let p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "x",
+                "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"}, "periodSeconds": 1}}],
+                "volumes": [{"name": "v", "emptyDir": {}}]}});
+        let (r, stored) = check(p, Mode::Strict);
+        assert_eq!(r, Ok(vec![]));
+        let probe = &stored["spec"]["containers"][0]["readinessProbe"];
+        assert_eq!(probe["httpGet"]["path"], "/ready");
+        assert_eq!(stored["spec"]["volumes"][0]["emptyDir"], json!({}));
+        let bad = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "livenessProbe": {"exec": {"comand": ["x"]}}}]}});
+        let (r, _) = check(bad, Mode::Warn);
+        assert_eq!(
+            r,
+            Ok(vec![
+                "unknown field \"spec.containers[0].livenessProbe.exec.comand\"".to_string()
+            ])
+        );
     }
 
     #[test]

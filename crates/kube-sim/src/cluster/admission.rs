@@ -130,7 +130,7 @@ impl Cluster {
         }
         let taken: std::collections::HashSet<String> = self
             .store
-            .list(&info.storage_key(), None)
+            .list_values(&info.storage_key(), None)
             .filter_map(|(_, s)| s["spec"]["clusterIP"].as_str().map(String::from))
             .collect();
         for _ in 0..1000 {
@@ -150,7 +150,7 @@ impl Cluster {
             let crds: Vec<Value> = self
                 .store
                 .list(&key, None)
-                .map(|(_, v)| (**v).clone())
+                .map(|(_, v)| v.value())
                 .collect();
             self.registry.rebuild(crds.iter());
         }

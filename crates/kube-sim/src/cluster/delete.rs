@@ -17,7 +17,6 @@ impl Cluster {
         let old = self
             .store
             .get(&key, &ok)
-            .cloned()
             .ok_or_else(|| ApiError::not_found(&info.group, &info.plural, name))?;
         if let Some(uid) = &opts.precondition_uid
             && meta(&old)["uid"].as_str() != Some(uid.as_str())
@@ -62,7 +61,7 @@ impl Cluster {
         ok: &ObjKey,
         propagation: Option<&str>,
     ) -> Option<Arc<Value>> {
-        let old = self.store.get(key, ok)?.clone();
+        let old = self.store.get(key, ok)?;
         let is_namespace = key.0.is_empty() && key.1 == "namespaces";
         let is_crd = key.0 == "apiextensions.k8s.io" && key.1 == "customresourcedefinitions";
         let mut fins = finalizers(&old);
@@ -137,7 +136,7 @@ impl Cluster {
             }
             self.finish_crd(&instances);
         }
-        self.store.get(key, ok).cloned().or(Some(stored))
+        self.store.get(key, ok).or(Some(stored))
     }
 
     pub(super) fn delete_dependent(
@@ -161,7 +160,7 @@ impl Cluster {
     }
 
     pub(super) fn drop_finalizer(&mut self, key: &StorageKey, ok: &ObjKey, finalizer: &str) {
-        let Some(obj) = self.store.get(key, ok).cloned() else {
+        let Some(obj) = self.store.get(key, ok) else {
             return;
         };
         let mut fins = finalizers(&obj);
@@ -177,7 +176,7 @@ impl Cluster {
 
     pub(super) fn orphan_dependents(&mut self, uid: &str) {
         for (dk, dok) in self.store.dependents_of(uid) {
-            if let Some(dep) = self.store.get(&dk, &dok).cloned() {
+            if let Some(dep) = self.store.get(&dk, &dok) {
                 let mut updated = (*dep).clone();
                 if let Some(refs) = updated["metadata"]["ownerReferences"].as_array_mut() {
                     refs.retain(|r| r["uid"].as_str() != Some(uid));
@@ -196,7 +195,7 @@ impl Cluster {
         }
         if let Some((k, ok)) = self.store.locate_uid(uid).cloned()
             && let Some(o) = self.store.get(&k, &ok)
-            && finalizers(o).iter().any(|f| f == "foregroundDeletion")
+            && finalizers(&o).iter().any(|f| f == "foregroundDeletion")
         {
             self.drop_finalizer(&k, &ok, "foregroundDeletion");
         }
@@ -208,7 +207,7 @@ impl Cluster {
         let Some(nsobj) = self.store.get(&nk, &nok) else {
             return;
         };
-        if meta(nsobj)["deletionTimestamp"].is_null() {
+        if meta(&nsobj)["deletionTimestamp"].is_null() {
             return;
         }
         let empty = self
@@ -216,7 +215,7 @@ impl Cluster {
             .storage_keys()
             .iter()
             .all(|k| self.store.list(k, Some(ns)).next().is_none());
-        if empty && finalizers(nsobj).is_empty() {
+        if empty && finalizers(&nsobj).is_empty() {
             self.remove_now(&nk, &nok);
         }
     }
@@ -232,7 +231,7 @@ impl Cluster {
     /// The terminating CRD that serves a storage key, if any.
     pub(super) fn terminating_crd(&self, instances: &StorageKey) -> Option<ObjKey> {
         self.store
-            .list(&crd_key(), None)
+            .list_values(&crd_key(), None)
             .find(|(_, c)| {
                 crd_storage_key(c) == *instances && !meta(c)["deletionTimestamp"].is_null()
             })
@@ -248,7 +247,7 @@ impl Cluster {
             && self
                 .store
                 .get(&crd_key(), &cok)
-                .is_some_and(|c| finalizers(c).is_empty());
+                .is_some_and(|c| finalizers(&c).is_empty());
         if done {
             self.remove_now(&crd_key(), &cok);
         }
@@ -260,7 +259,7 @@ impl Cluster {
         let gone = self.store.remove(key, ok)?;
         let uid = meta(&gone)["uid"].as_str().unwrap_or_default().to_string();
         for (dk, dok) in self.store.dependents_of(&uid) {
-            let Some(dep) = self.store.get(&dk, &dok).cloned() else {
+            let Some(dep) = self.store.get(&dk, &dok) else {
                 continue;
             };
             let live_owner = meta(&dep)["ownerReferences"]
@@ -290,11 +289,7 @@ impl Cluster {
         }
         if key.0 == "apiextensions.k8s.io" && key.1 == "customresourcedefinitions" {
             self.purge_crd_objects(&gone);
-            let crds: Vec<Value> = self
-                .store
-                .list(key, None)
-                .map(|(_, v)| (**v).clone())
-                .collect();
+            let crds: Vec<Value> = self.store.list(key, None).map(|(_, v)| v.value()).collect();
             self.registry.rebuild(crds.iter());
         }
         Some(gone)
@@ -317,7 +312,7 @@ impl Cluster {
             },
         )?;
         let mut items = vec![];
-        for obj in matched.items {
+        for obj in matched.values() {
             let (n, name) = obj_key(&obj);
             if opts.dry_run {
                 items.push((*obj).clone());

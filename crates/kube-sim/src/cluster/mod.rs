@@ -19,8 +19,9 @@ use crate::patch::{self, PatchError};
 use crate::registry::{Registry, ResourceInfo, StorageKey};
 use crate::schema;
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::store::{ObjKey, Store, obj_key};
+use crate::store::{ObjKey, Store, Stored, obj_key};
 use crate::util::{self, Random};
+use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
@@ -73,13 +74,26 @@ pub struct ListOptions {
     pub fields: FieldSelector,
     pub limit: Option<usize>,
     pub continue_token: Option<String>,
+    /// `resourceVersionMatch=Exact`: the list as it was at this resourceVersion.
+    pub resource_version_exact: Option<u64>,
 }
 
 pub struct ListResult {
-    pub items: Vec<Arc<Value>>,
+    /// Each item's JSON, in the requested version.
+    pub items: Vec<Bytes>,
     pub resource_version: u64,
     pub continue_token: Option<String>,
     pub remaining: Option<usize>,
+}
+
+impl ListResult {
+    /// The items as trees (Table output, partial metadata).
+    pub fn values(&self) -> Vec<Arc<Value>> {
+        self.items
+            .iter()
+            .map(|b| Arc::new(serde_json::from_slice(b).unwrap_or_default()))
+            .collect()
+    }
 }
 
 /// Field names a field selector may use for a resource (custom resources: metadata only).
@@ -187,7 +201,7 @@ impl Cluster {
         }
         match self.store.get(&Self::ns_key(), &(String::new(), ns.into())) {
             None => Err(ApiError::not_found("", "namespaces", ns)),
-            Some(n) if creating && !meta(n)["deletionTimestamp"].is_null() => Err(ApiError::forbidden(
+            Some(n) if creating && !meta(&n)["deletionTimestamp"].is_null() => Err(ApiError::forbidden(
                 &info.group,
                 &info.plural,
                 "",

@@ -11,10 +11,21 @@ impl Cluster {
         Arc::new(convert::from_storage(info, obj))
     }
 
+    /// The JSON of a stored object in the requested version: its stored bytes unless it must be
+    /// converted.
+    pub fn present_json(info: &ResourceInfo, obj: &Stored) -> Bytes {
+        match obj.api_version() {
+            Some(av) if info.is_api_version(&av) => obj.json().clone(),
+            _ => Stored::encode(&convert::from_storage(info, &obj.value()))
+                .json()
+                .clone(),
+        }
+    }
+
     pub fn get(&self, info: &ResourceInfo, ns: &str, name: &str) -> Result<Arc<Value>> {
         self.store
             .get(&info.storage_key(), &Self::obj_key_for(info, ns, name))
-            .map(|o| Self::present(info, o))
+            .map(|o| Self::present(info, &o))
             .ok_or_else(|| ApiError::not_found(&info.group, &info.plural, name))
     }
 
@@ -26,29 +37,37 @@ impl Cluster {
     ) -> Result<ListResult> {
         let key = info.storage_key();
         let ns = ns.filter(|n| !n.is_empty() && info.namespaced);
-        let (mut rv, mut after) = (self.store.resource_version(), None);
-        if let Some(token) = &opts.continue_token {
-            let decoded = util::hex_decode(token).ok_or_else(|| {
-                ApiError::bad_request(
-                    "continue key is not valid: illegal base64 data at input byte 0",
-                )
-            })?;
-            let mut parts = decoded.splitn(3, '|');
-            let (Some(r), Some(n), Some(m)) = (parts.next(), parts.next(), parts.next()) else {
-                return Err(ApiError::bad_request(
-                    "continue key is not valid: incorrect encoded start resourceVersion",
-                ));
-            };
-            rv = r
-                .parse()
-                .map_err(|_| ApiError::bad_request("continue key is not valid"))?;
-            after = Some((n.to_string(), m.to_string()));
-        }
+        // A continue token carries the first page's resourceVersion: later pages are read at it.
+        let (rv, after) = match &opts.continue_token {
+            Some(token) => {
+                let (rv, after) = decode_continue(token)?;
+                (rv, Some(after))
+            }
+            None => (
+                opts.resource_version_exact
+                    .unwrap_or(self.store.resource_version()),
+                None,
+            ),
+        };
+        let snapshot = match self.store.list_at(&key, ns, rv) {
+            Ok(s) => s,
+            Err(_) if opts.continue_token.is_some() => {
+                return Err(ApiError::gone(CONTINUE_EXPIRED));
+            }
+            Err(oldest) => {
+                return Err(ApiError::gone(format!(
+                    "too old resource version: {rv} ({})",
+                    oldest.saturating_sub(1)
+                )));
+            }
+        };
         let mut items = vec![];
         let mut next = None;
         let mut remaining = 0usize;
         let exact_name = opts.fields.exact_name();
-        for (k, obj) in self.store.list(&key, ns) {
+        let selects = !opts.labels.is_empty() || !opts.fields.is_empty();
+        let mut last_key: Option<&ObjKey> = None;
+        for (k, obj) in &snapshot {
             if let Some(a) = &after
                 && k <= a
             {
@@ -57,22 +76,25 @@ impl Cluster {
             if exact_name.is_some_and(|n| n != k.1) {
                 continue;
             }
-            if !opts.labels.matches(obj) || !opts.fields.matches(obj) {
-                continue;
+            if selects {
+                let tree = obj.value();
+                if !opts.labels.matches(&tree) || !opts.fields.matches(&tree) {
+                    continue;
+                }
             }
             if let Some(limit) = opts.limit
                 && items.len() >= limit
             {
-                if next.is_none() {
-                    let last: &Arc<Value> =
-                        items.last().expect("limit > 0 means an item was taken");
-                    let (ln, lm) = obj_key(last);
-                    next = Some(util::hex_encode(&format!("{rv}|{ln}|{lm}")));
+                if next.is_none()
+                    && let Some((ln, lm)) = last_key
+                {
+                    next = Some(encode_continue(rv, ln, lm));
                 }
                 remaining += 1;
                 continue;
             }
-            items.push(Self::present(info, obj));
+            last_key = Some(k);
+            items.push(Self::present_json(info, obj));
         }
         Ok(ListResult {
             items,
@@ -81,4 +103,46 @@ impl Cluster {
             continue_token: next,
         })
     }
+}
+
+/// kube-apiserver's answer to a continue token whose resourceVersion left the history.
+const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
+/// A continue token as kube-apiserver writes it: unpadded URL-safe base64 of
+/// `{"v":"meta.k8s.io/v1","rv":N,"start":"<key>\u0000"}`, the start key being the last key
+/// served (`namespace/name`) and the NUL meaning "after it".
+pub fn encode_continue(rv: u64, namespace: &str, name: &str) -> String {
+    use base64::Engine;
+    let json =
+        json!({"v": "meta.k8s.io/v1", "rv": rv, "start": format!("{namespace}/{name}\u{0}")});
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json.to_string())
+}
+
+/// The resourceVersion and last key of a continue token, with kube-apiserver's messages.
+pub fn decode_continue(token: &str) -> Result<(u64, ObjKey)> {
+    use base64::Engine;
+    let invalid = |why: String| ApiError::bad_request(format!("continue key is not valid: {why}"));
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .map_err(|e| match e {
+            base64::DecodeError::InvalidByte(at, _) => {
+                invalid(format!("illegal base64 data at input byte {at}"))
+            }
+            other => invalid(other.to_string()),
+        })?;
+    let v: Value = serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
+    if v["v"] != "meta.k8s.io/v1" {
+        return Err(invalid(
+            "server does not recognize this encoded version".into(),
+        ));
+    }
+    let rv = v["rv"].as_u64().filter(|rv| *rv > 0).ok_or_else(|| {
+        invalid("incorrect encoded start resourceVersion (version meta.k8s.io/v1)".into())
+    })?;
+    let start = v["start"].as_str().unwrap_or_default();
+    let start = start.strip_suffix('\u{0}').unwrap_or(start);
+    let Some((namespace, name)) = start.split_once('/').filter(|(_, n)| !n.is_empty()) else {
+        return Err(invalid("encoded start key empty".into()));
+    };
+    Ok((rv, (namespace.to_string(), name.to_string())))
 }

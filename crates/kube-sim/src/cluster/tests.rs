@@ -168,7 +168,7 @@ fn read_lists_with_selectors_and_pages_at_one_resource_version() {
         ..Default::default()
     };
     let names = |r: &ListResult| -> Vec<String> {
-        r.items
+        r.values()
             .iter()
             .map(|o| {
                 o["metadata"]["name"]

@@ -146,7 +146,6 @@ impl Cluster {
         let old = self
             .store
             .get(&info.storage_key(), &Self::obj_key_for(info, ns, name))
-            .cloned()
             .ok_or_else(|| ApiError::not_found(&info.group, &info.plural, name))?;
         self.commit(info, &old, body, sub, opts, true)
     }
@@ -317,10 +316,7 @@ impl Cluster {
             self.check_namespace(info, ns, true)?;
         }
         let key = info.storage_key();
-        let old = self
-            .store
-            .get(&key, &Self::obj_key_for(info, ns, name))
-            .cloned();
+        let old = self.store.get(&key, &Self::obj_key_for(info, ns, name));
         if patch_type == PatchType::Apply {
             return self.server_side_apply(info, ns, name, old, body, sub, opts);
         }

@@ -375,17 +375,19 @@ fn list_options(info: &ResourceInfo, query: &Query) -> Result<ListOptions, ApiEr
             .get("continue")
             .filter(|c| !c.is_empty())
             .map(String::from),
+        resource_version_exact: None,
     })
 }
 
-/// `resourceVersion`/`resourceVersionMatch` rules of a list. Lists are served from the current
-/// state; an `Exact` (or `NotOlderThan`) version newer than the server's, or an `Exact` one
-/// that is not the current state, cannot be honoured.
-fn check_list_resource_version(query: &Query, current: u64) -> Result<(), ApiError> {
+/// `resourceVersion`/`resourceVersionMatch` rules of a list: `NotOlderThan` (and no match) is
+/// served from the current state, `Exact` at that version (from the event history; `410` once
+/// it is out of it, see `Cluster::list`); a version newer than the server's cannot be honoured.
+/// Returns the exact version asked for.
+fn check_list_resource_version(query: &Query, current: u64) -> Result<Option<u64>, ApiError> {
     let rv = query.get("resourceVersion").unwrap_or("");
     let rv_match = query.get("resourceVersionMatch").unwrap_or("");
     if rv_match.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let invalid = |detail: &str| {
         ApiError::invalid(
@@ -427,12 +429,7 @@ fn check_list_resource_version(query: &Query, current: u64) -> Result<(), ApiErr
         return Err(ApiError::new(504, "Timeout", format!("Too large resource version: {n}, current: {current}"))
             .with_details(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1})));
     }
-    if rv_match == "Exact" && n != current {
-        return Err(ApiError::gone(format!(
-            "too old resource version: {n} ({current})"
-        )));
-    }
-    Ok(())
+    Ok((rv_match == "Exact").then_some(n))
 }
 
 fn field_error_prefix(info: &ResourceInfo) -> String {
@@ -450,7 +447,7 @@ fn list_meta(result: &ListResult) -> Value {
 
 /// Serializes a list without cloning items into one big `Value`.
 fn list_bytes(info: &ResourceInfo, result: &ListResult, partial: bool) -> Bytes {
-    let mut out = Vec::with_capacity(64 + result.items.len() * 512);
+    let mut out = Vec::with_capacity(64 + result.items.iter().map(|i| i.len() + 1).sum::<usize>());
     let (kind, api_version) = if partial {
         (
             "PartialObjectMetadataList".to_string(),
@@ -474,9 +471,11 @@ fn list_bytes(info: &ResourceInfo, result: &ListResult, partial: bool) -> Bytes 
             out.push(b',');
         }
         if partial {
-            let _ = serde_json::to_writer(&mut out, &partial_object(item));
+            let tree: Value = serde_json::from_slice(item).unwrap_or_default();
+            let _ = serde_json::to_writer(&mut out, &partial_object(&tree));
         } else {
-            let _ = serde_json::to_writer(&mut out, &**item);
+            // Stored bytes, copied: a list is not re-serialized.
+            out.extend_from_slice(item);
         }
     }
     out.extend_from_slice(b"]}");
@@ -592,14 +591,15 @@ fn resource_request(
     match (method, &rp.name) {
         (&Method::GET, None) if rp.watch => watch(shared, info, rp, query, accept),
         (&Method::GET, None) => {
-            let opts = list_options(info, query)?;
+            let mut opts = list_options(info, query)?;
             let cluster = shared.lock();
-            check_list_resource_version(query, cluster.store.resource_version())?;
+            opts.resource_version_exact =
+                check_list_resource_version(query, cluster.store.resource_version())?;
             let result = cluster.list(info, rp.namespace.as_deref(), &opts)?;
             drop(cluster);
             if wants_table(accept) {
                 let include = query.get("includeObject").unwrap_or("Metadata");
-                let t = table::to_table(info, &result.items, list_meta(&result), true, include);
+                let t = table::to_table(info, &result.values(), list_meta(&result), true, include);
                 return Ok(json_response(200, &t));
             }
             let body = list_bytes(info, &result, wants_partial(accept));
@@ -621,15 +621,16 @@ fn resource_request(
             let mut body = decode_body(headers, raw)?;
             let warnings = validate_builtin(info, &mut body, raw, query)?;
             let opts = write_options(query, headers, false);
-            let created = shared.lock().create(info, &ns, body, &opts)?;
+            let created = write(shared, |c| c.create(info, &ns, body, &opts))?;
             Ok(with_warnings(
                 object_response(201, info, &created, accept, query),
                 &warnings,
             ))
         }
         (&Method::POST, Some(name)) if rp.sub.as_deref() == Some("eviction") => {
-            let mut cluster = shared.lock();
-            cluster.delete(info, &ns, name, &DeleteOptions::default())?;
+            write(shared, |c| {
+                c.delete(info, &ns, name, &DeleteOptions::default())
+            })?;
             Ok(json_response(
                 201,
                 &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
@@ -642,17 +643,18 @@ fn resource_request(
             let opts = write_options(query, headers, false);
             if rp.sub.as_deref() == Some("scale") {
                 let replicas = body["spec"]["replicas"].clone();
-                let mut cluster = shared.lock();
-                let cur = cluster.get(info, &ns, name)?;
-                let mut updated = (*cur).clone();
-                updated["spec"]["replicas"] = replicas;
-                if let Some(rv) = body["metadata"]["resourceVersion"].as_str() {
-                    updated["metadata"]["resourceVersion"] = json!(rv);
-                }
-                let obj = cluster.update(info, &ns, name, updated, Sub::Main, &opts)?;
+                let obj = write(shared, |cluster| {
+                    let cur = cluster.get(info, &ns, name)?;
+                    let mut updated = (*cur).clone();
+                    updated["spec"]["replicas"] = replicas;
+                    if let Some(rv) = body["metadata"]["resourceVersion"].as_str() {
+                        updated["metadata"]["resourceVersion"] = json!(rv);
+                    }
+                    cluster.update(info, &ns, name, updated, Sub::Main, &opts)
+                })?;
                 return Ok(json_response(200, &scale_of(&obj)));
             }
-            let obj = shared.lock().update(info, &ns, name, body, sub, &opts)?;
+            let obj = write(shared, |c| c.update(info, &ns, name, body, sub, &opts))?;
             Ok(with_warnings(
                 object_response(200, info, &obj, accept, query),
                 &warnings,
@@ -669,22 +671,22 @@ fn resource_request(
             };
             let opts = write_options(query, headers, pt == PatchType::Apply);
             if rp.sub.as_deref() == Some("scale") {
-                let mut cluster = shared.lock();
-                let cur = cluster.get(info, &ns, name)?;
-                let mut scale = scale_of(&cur);
-                match pt {
-                    PatchType::Json => crate::patch::json_patch(&mut scale, &patch),
-                    _ => crate::patch::merge_patch(&mut scale, &patch),
-                }
-                .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
-                let mut updated = (*cur).clone();
-                updated["spec"]["replicas"] = scale["spec"]["replicas"].clone();
-                let obj = cluster.update(info, &ns, name, updated, Sub::Main, &opts)?;
+                let obj = write(shared, |cluster| {
+                    let cur = cluster.get(info, &ns, name)?;
+                    let mut scale = scale_of(&cur);
+                    match pt {
+                        PatchType::Json => crate::patch::json_patch(&mut scale, &patch),
+                        _ => crate::patch::merge_patch(&mut scale, &patch),
+                    }
+                    .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
+                    let mut updated = (*cur).clone();
+                    updated["spec"]["replicas"] = scale["spec"]["replicas"].clone();
+                    cluster.update(info, &ns, name, updated, Sub::Main, &opts)
+                })?;
                 return Ok(json_response(200, &scale_of(&obj)));
             }
-            let (obj, created) = shared
-                .lock()
-                .patch(info, &ns, name, pt, &patch, sub, &opts)?;
+            let (obj, created) =
+                write(shared, |c| c.patch(info, &ns, name, pt, &patch, sub, &opts))?;
             Ok(with_warnings(
                 object_response(if created { 201 } else { 200 }, info, &obj, accept, query),
                 &warnings,
@@ -692,7 +694,7 @@ fn resource_request(
         }
         (&Method::DELETE, Some(name)) => {
             let opts = delete_options(query, headers, body)?;
-            let obj = shared.lock().delete(info, &ns, name, &opts)?;
+            let obj = write(shared, |c| c.delete(info, &ns, name, &opts))?;
             let pending = !obj["metadata"]["deletionTimestamp"].is_null()
                 && obj["metadata"]["finalizers"]
                     .as_array()
@@ -711,15 +713,31 @@ fn resource_request(
         (&Method::DELETE, None) => {
             let opts = delete_options(query, headers, body)?;
             let list = list_options(info, query)?;
-            let result =
-                shared
-                    .lock()
-                    .delete_collection(info, rp.namespace.as_deref(), &list, &opts)?;
+            let result = write(shared, |c| {
+                c.delete_collection(info, rp.namespace.as_deref(), &list, &opts)
+            })?;
             Ok(json_response(200, &result))
         }
         _ => Err(ApiError::method_not_allowed(
             "the server does not allow this method on the requested resource",
         )),
+    }
+}
+
+/// Runs a write under the cluster lock. A write the store could not make durable (persistence
+/// refused its event) fails the request with a 500: nothing is acknowledged that a restart
+/// would not find.
+fn write<T>(
+    shared: &Shared,
+    op: impl FnOnce(&mut crate::cluster::Cluster) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    let mut cluster = shared.lock();
+    // A refusal left by a background write (workload simulation) is not this request's.
+    let _ = cluster.store.take_failure();
+    let done = op(&mut cluster);
+    match cluster.store.take_failure() {
+        Some(why) => Err(ApiError::internal(why)),
+        None => done,
     }
 }
 

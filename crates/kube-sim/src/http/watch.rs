@@ -6,7 +6,7 @@ use crate::error::ApiError;
 use crate::registry::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::shared::WatchEnd;
-use crate::store::{Event, EventType};
+use crate::store::{Event, EventType, Stored};
 use bytes::Bytes;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
@@ -28,13 +28,31 @@ pub struct WatchFilter {
 }
 
 impl WatchFilter {
-    fn matches(&self, obj: &Value) -> bool {
+    /// Whether the watcher sees an object (in `namespace`); decodes only to apply selectors.
+    fn matches_stored(&self, namespace: &str, obj: &Stored) -> bool {
         if let Some(ns) = &self.namespace
-            && obj["metadata"]["namespace"].as_str() != Some(ns.as_str())
+            && namespace != ns
         {
             return false;
         }
-        self.labels.matches(obj) && self.fields.matches(obj)
+        if self.labels.is_empty() && self.fields.is_empty() {
+            return true;
+        }
+        let tree = obj.value();
+        self.labels.matches(&tree) && self.fields.matches(&tree)
+    }
+
+    /// Appends the line for a stored object: its bytes as they are when no conversion, Table or
+    /// protobuf is asked for (one serialization shared by every watcher), else rendered.
+    fn stored_line_into(&self, type_: &str, obj: &Stored, out: &mut Vec<u8>) {
+        let same_version = obj
+            .api_version()
+            .is_some_and(|av| self.info.is_api_version(&av));
+        if self.table || !same_version || self.protobuf {
+            self.line_into(type_, &obj.value(), out);
+        } else {
+            Self::raw_line_into(type_, out, |out| out.extend_from_slice(obj.json()));
+        }
     }
 
     /// Appends one `{"type","object"}` line for `obj`, converted and tabled as asked.
@@ -79,8 +97,9 @@ impl WatchFilter {
         if !self.info.stored_under(&ev.key) {
             return false;
         }
-        let now = self.matches(&ev.object);
-        let before = ev.prev.as_deref().map(|p| self.matches(p));
+        let namespace = ev.object_key.0.as_str();
+        let now = self.matches_stored(namespace, &ev.object);
+        let before = ev.prev.as_ref().map(|p| self.matches_stored(namespace, p));
         let type_ = match (ev.type_, before, now) {
             (EventType::Deleted, Some(true), _) => EventType::Deleted,
             (EventType::Deleted, _, _) => return false,
@@ -88,24 +107,14 @@ impl WatchFilter {
             (EventType::Modified, Some(true), true) => EventType::Modified,
             (EventType::Modified, Some(false) | None, true) => EventType::Added,
             (EventType::Modified, Some(true), false) => {
-                let mut prev = ev.prev.as_deref().cloned().unwrap_or_default();
+                let mut prev = ev.prev.as_ref().map(Stored::value).unwrap_or_default();
                 prev["metadata"]["resourceVersion"] = json!(ev.rv.to_string());
                 self.line_into("DELETED", &prev, out);
                 return true;
             }
             _ => return false,
         };
-        let same_version = ev.object["apiVersion"]
-            .as_str()
-            .is_some_and(|av| self.info.is_api_version(av));
-        if self.table || !same_version || self.protobuf {
-            self.line_into(type_.as_str(), &ev.object, out);
-        } else {
-            // The object's JSON is shared by every watcher: serialized once, copied here.
-            Self::raw_line_into(type_.as_str(), out, |out| {
-                out.extend_from_slice(ev.object_json());
-            });
-        }
+        self.stored_line_into(type_.as_str(), &ev.object, out);
         true
     }
 
@@ -204,12 +213,12 @@ pub fn start(
     let rv_param = req.resource_version.as_deref().unwrap_or("");
     let snapshot = |pending: &mut VecDeque<Bytes>| {
         let mut batch = Vec::new();
-        for (_, obj) in cluster
+        for (ok, obj) in cluster
             .store
             .list(&filter.info.storage_key(), filter.namespace.as_deref())
         {
-            if filter.matches(obj) {
-                filter.line_into("ADDED", &Cluster::present(&filter.info, obj), &mut batch);
+            if filter.matches_stored(&ok.0, obj) {
+                filter.stored_line_into("ADDED", obj, &mut batch);
                 flush_full(&mut batch, pending);
             }
         }

@@ -149,6 +149,13 @@ impl Schema {
     pub fn message(&self, name: &str) -> Option<&Message> {
         self.messages.get(name)
     }
+
+    /// A message with its name as the table keeps it.
+    pub fn messages_entry(&self, name: &str) -> Option<(&str, &Message)> {
+        self.messages
+            .get_key_value(name)
+            .map(|(k, m)| (k.as_str(), m))
+    }
 }
 
 #[cfg(test)]

@@ -154,8 +154,8 @@ fn infos(cluster: &Cluster) -> Option<Infos> {
 fn all(cluster: &Cluster, info: &ResourceInfo) -> Vec<Arc<Value>> {
     cluster
         .store
-        .list(&info.storage_key(), None)
-        .map(|(_, v)| v.clone())
+        .list_values(&info.storage_key(), None)
+        .map(|(_, v)| v)
         .collect()
 }
 
@@ -320,12 +320,10 @@ mod tests {
     }
 
     fn node(c: &Cluster, name: &str) -> Option<Arc<Value>> {
-        c.store
-            .get(
-                &(String::new(), "nodes".into()),
-                &(String::new(), name.into()),
-            )
-            .cloned()
+        c.store.get(
+            &(String::new(), "nodes".into()),
+            &(String::new(), name.into()),
+        )
     }
 
     fn create_node(c: &mut Cluster, body: Value) {
@@ -366,7 +364,6 @@ mod tests {
                 &("apps".into(), "deployments".into()),
                 &("default".into(), "web".into()),
             )
-            .cloned()
             .expect("deployment");
         assert_eq!(d["status"]["readyReplicas"], 2);
         assert_eq!(d["status"]["updatedReplicas"], 2);
@@ -485,7 +482,6 @@ mod tests {
                     &(String::new(), "configmaps".into()),
                     &(ns.into(), "kube-root-ca.crt".into()),
                 )
-                .cloned()
                 .expect("kube-root-ca.crt");
             assert_eq!(cm["data"]["ca.crt"], "-----BEGIN CERTIFICATE-----\n");
         }

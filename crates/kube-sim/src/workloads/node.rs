@@ -81,7 +81,7 @@ impl Nodes {
             .store
             .get(&info.storage_key(), &(String::new(), name.to_string()))
         {
-            let mut updated = (**cur).clone();
+            let mut updated = (*cur).clone();
             updated["status"] = body["status"].clone();
             cluster
                 .update(&info, "", name, updated, Sub::Status, &opts("kubelet"))
@@ -100,8 +100,8 @@ impl Nodes {
         };
         let stored: Vec<std::sync::Arc<Value>> = cluster
             .store
-            .list(&info.storage_key(), None)
-            .map(|(_, v)| v.clone())
+            .list_values(&info.storage_key(), None)
+            .map(|(_, v)| v)
             .collect();
         let mut adopted = 0;
         for node in stored {
@@ -163,7 +163,7 @@ impl Nodes {
             return Ok(());
         };
         let key: ObjKey = (String::new(), name.to_string());
-        let Some(cur) = cluster.store.get(&info.storage_key(), &key).cloned() else {
+        let Some(cur) = cluster.store.get(&info.storage_key(), &key) else {
             return Ok(());
         };
         let was_ready = node_ready(&cur);

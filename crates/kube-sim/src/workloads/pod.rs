@@ -152,7 +152,7 @@ pub(super) fn sync(
                 &i.pods.storage_key(),
                 &(namespace(&pod).to_string(), name(&pod).to_string()),
             ) {
-                Some(now) => pod = (**now).clone(),
+                Some(now) => pod = (*now).clone(),
                 None => continue,
             }
         }
@@ -162,8 +162,7 @@ pub(super) fn sync(
             .to_string();
         let node = cluster
             .store
-            .get(&i.nodes.storage_key(), &(String::new(), node_name))
-            .cloned();
+            .get(&i.nodes.storage_key(), &(String::new(), node_name));
         // A pod on an unknown node runs; on a known node it is as ready as the node.
         let node_up = node.as_deref().is_none_or(node_ready);
         let host_ip = node
