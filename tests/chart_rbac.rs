@@ -206,7 +206,7 @@ async fn nodeslo_controller_runs_on_exactly_the_chart_rbac() {
         )
         .await
         .expect("node");
-    let (bin, _kubeconfig) = run_as_service_account(
+    let (mut bin, _kubeconfig) = run_as_service_account(
         &cluster,
         &release,
         "nodeslo-controller",
@@ -323,6 +323,60 @@ async fn nodeslo_controller_runs_on_exactly_the_chart_rbac() {
         .expect("node deleted");
     eventually("n1's NodeSLO deleted", WAIT, output, || async {
         slos.get_opt("n1").await.ok()?.is_none().then_some(())
+    })
+    .await;
+
+    // A restart reads the last-good copy back (get); the next good change updates it (patch).
+    let first_run = output();
+    bin.sigterm().expect("SIGTERM");
+    let exited = bin.wait_exit(Duration::from_secs(20)).await.expect("exits");
+    assert!(
+        exited.success(),
+        "nodeslo-controller drained badly:\n{first_run}"
+    );
+    let (restarted, _kubeconfig) = run_as_service_account(
+        &cluster,
+        &release,
+        "nodeslo-controller",
+        "nodeslo-controller",
+        &[],
+    )
+    .await;
+    let output = || {
+        format!(
+            "{first_run}\n--- restarted ---\n{}",
+            restarted.output().join("\n")
+        )
+    };
+    config
+        .patch(
+            "slo-controller-config",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"resource-threshold-config":
+                r#"{"clusterStrategy":{"enable":true,"cpuSuppressThresholdPercent":65}}"#}})),
+        )
+        .await
+        .expect("configmap patched");
+    eventually(
+        "the new threshold on n2 after a restart",
+        WAIT,
+        output,
+        || async {
+            let slo = slos.get("n2").await.ok()?;
+            let spec = serde_json::to_value(&slo.spec).ok()?;
+            (spec.pointer("/resourceUsedThresholdWithBE/cpuSuppressThresholdPercent")
+                == Some(&json!(65)))
+            .then_some(())
+        },
+    )
+    .await;
+    let stored: Api<ConfigMap> = Api::namespaced(admin.clone(), CONFIG_NS);
+    eventually("the last-good copy updated", WAIT, output, || async {
+        let cm = stored.get("slo-controller-config-last-good").await.ok()?;
+        cm.data?
+            .get("resource-threshold-config")?
+            .contains("65")
+            .then_some(())
     })
     .await;
 
