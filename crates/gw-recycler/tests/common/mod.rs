@@ -14,7 +14,6 @@ use capstan_testkit::process::BinaryUnderTest;
 use capstan_testkit::process::contract::wait_ready;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube_sim::workloads::WorkloadOptions;
@@ -59,24 +58,9 @@ impl Cluster {
         .await
         .expect("kube-sim starts");
         let client = sim.client().expect("client");
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in capstan_apis::crds::all() {
-            crds.create(&PostParams::default(), &crd)
-                .await
-                .expect("CRD created");
-        }
-        for crd in capstan_apis::crds::all() {
-            let name = crd.metadata.name.clone().expect("CRD name");
-            let established = kube::runtime::wait::await_condition(
-                crds.clone(),
-                &name,
-                kube::runtime::conditions::is_crd_established(),
-            );
-            tokio::time::timeout(Duration::from_secs(10), established)
-                .await
-                .expect("CRD established in time")
-                .expect("watch");
-        }
+        capstan_testkit::install_capstan_crds(&client)
+            .await
+            .expect("Capstan's CRDs installed and Established");
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let ns = serde_json::from_value(json!({"metadata": {"name": namespace}})).expect("ns");
         namespaces
