@@ -149,14 +149,14 @@ pub(super) async fn serve(
 }
 
 /// A normal closure (1000): client-go reports any other close, even one without a code, as an error.
-fn normal_close() -> Message {
+pub(super) fn normal_close() -> Message {
     Message::Close(Some(axum::extract::ws::CloseFrame {
         code: axum::extract::ws::close_code::NORMAL,
         reason: "".into(),
     }))
 }
 
-fn frame(channel: u8, data: &[u8]) -> Message {
+pub(super) fn frame(channel: u8, data: &[u8]) -> Message {
     let mut v = Vec::with_capacity(data.len() + 1);
     v.push(channel);
     v.extend_from_slice(data);

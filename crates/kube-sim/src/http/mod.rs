@@ -4,6 +4,8 @@
 mod discovery;
 mod exec;
 mod openapi;
+mod portforward;
+mod spdy;
 pub mod stream;
 pub mod table;
 mod watch;

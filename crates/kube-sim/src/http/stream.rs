@@ -1,5 +1,6 @@
 //! The pod subresources a kubelet serves through kube-apiserver: `pods/log` (plain or `follow`
-//! streaming), `pods/exec` and `pods/attach` (WebSocket channel protocols, see `exec`).
+//! streaming), `pods/exec` and `pods/attach` (WebSocket channel protocols, see `exec`),
+//! `pods/portforward` (SPDY or WebSocket, see `portforward`).
 //! A middleware in front of the request pipeline, so that the pipeline stays request/response.
 
 use crate::error::ApiError;
@@ -40,7 +41,7 @@ fn pod_subresource(path: &str) -> Option<(String, String, String)> {
             ns,
             "pods",
             name,
-            sub @ ("log" | "exec" | "attach"),
+            sub @ ("log" | "exec" | "attach" | "portforward"),
         ] => Some((ns.to_string(), name.to_string(), sub.to_string())),
         _ => None,
     }
@@ -59,6 +60,9 @@ async fn middleware(State(st): State<Arc<StreamState>>, req: Request, next: Next
         ("log", &Method::GET) => pod_log(&st.kubelet, &pod, &query).await,
         ("exec" | "attach", &Method::GET | &Method::POST) => {
             super::exec::serve(&st.kubelet, &pod, &sub, &query, req).await
+        }
+        ("portforward", &Method::GET | &Method::POST) => {
+            super::portforward::serve(&pod, &query, req).await
         }
         _ => Err(ApiError::method_not_allowed(
             "the server does not allow this method on the requested resource",
