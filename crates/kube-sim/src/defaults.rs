@@ -90,6 +90,39 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
             set_default(&mut obj["spec"], "replicas", json!(1));
             default_pod_spec(&mut obj["spec"]["template"]["spec"]);
         }
+        ("apps", "daemonsets") if obj["spec"].is_object() => {
+            let spec = &mut obj["spec"];
+            set_default(spec, "revisionHistoryLimit", json!(10));
+            set_default(spec, "updateStrategy", json!({"type": "RollingUpdate"}));
+            if spec["updateStrategy"]["type"] == "RollingUpdate" {
+                set_default(
+                    &mut spec["updateStrategy"],
+                    "rollingUpdate",
+                    json!({"maxUnavailable": 1, "maxSurge": 0}),
+                );
+            }
+            default_pod_spec(&mut spec["template"]["spec"]);
+        }
+        ("", "replicationcontrollers") if obj["spec"].is_object() => {
+            // An RC without a selector selects its template's labels, and is labelled with them.
+            let labels = obj["spec"]["template"]["metadata"]["labels"].clone();
+            if labels.is_object() {
+                if obj["spec"]["selector"]
+                    .as_object()
+                    .is_none_or(|s| s.is_empty())
+                {
+                    obj["spec"]["selector"] = labels.clone();
+                }
+                if obj["metadata"]["labels"]
+                    .as_object()
+                    .is_none_or(|l| l.is_empty())
+                {
+                    obj["metadata"]["labels"] = labels;
+                }
+            }
+            set_default(&mut obj["spec"], "replicas", json!(1));
+            default_pod_spec(&mut obj["spec"]["template"]["spec"]);
+        }
         ("", "services") => {
             let spec = &mut obj["spec"];
             if !spec.is_object() {

@@ -175,7 +175,18 @@ impl Cluster {
             _ if info.custom && info.has_status() => {
                 m.remove("status");
             }
-            ("apps", _) | ("", "services") => {
+            // Counts Go serializes even when zero (no `omitempty`).
+            ("apps", "daemonsets") => {
+                m.insert(
+                    "status".into(),
+                    json!({"currentNumberScheduled": 0, "numberMisscheduled": 0,
+                           "desiredNumberScheduled": 0, "numberReady": 0}),
+                );
+            }
+            ("apps", "replicasets") | ("", "replicationcontrollers") => {
+                m.insert("status".into(), json!({"replicas": 0}));
+            }
+            ("apps" | "batch", _) | ("", "services") => {
                 m.insert("status".into(), json!({}));
             }
             _ => {}

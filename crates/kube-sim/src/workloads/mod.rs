@@ -3,12 +3,13 @@
 //! template, named `<deployment>-<pod-template-hash>`), `replicaset` (Pods with owner references
 //! and the `pod-template-hash` label), `pod` (scheduling onto schedulable Nodes, a distinct
 //! `podIP` from the pool, default `127.10.0.0/16` so a process can bind it on loopback; phase
-//! Running and Ready conditions), `node` (kubelet heartbeats: Nodes added with
+//! Running and Ready conditions), `daemonset` (a Pod per eligible Node, rolling updates), `node` (kubelet heartbeats: Nodes added with
 //! [`crate::KubeSim::add_node`], and with simulation on every other Node too, are Ready and
 //! heartbeat until switched NotReady).
 //!
 //! Each pass reads the whole state and writes only what differs, so a quiet cluster stays quiet.
 
+mod daemonset;
 mod deployment;
 mod ippool;
 mod namespace;
@@ -135,6 +136,7 @@ pub(crate) struct Infos {
     configmaps: ResourceInfo,
     /// Served once the registry has them (core/v1 `replicationcontrollers`).
     replicationcontrollers: Option<ResourceInfo>,
+    daemonsets: Option<ResourceInfo>,
 }
 
 fn infos(cluster: &Cluster) -> Option<Infos> {
@@ -148,6 +150,7 @@ fn infos(cluster: &Cluster) -> Option<Infos> {
         serviceaccounts: r.lookup("", "v1", "serviceaccounts")?.clone(),
         configmaps: r.lookup("", "v1", "configmaps")?.clone(),
         replicationcontrollers: r.lookup("", "v1", "replicationcontrollers").cloned(),
+        daemonsets: r.lookup("apps", "v1", "daemonsets").cloned(),
     })
 }
 
@@ -196,6 +199,9 @@ pub fn reconcile(cluster: &mut Cluster, sim: &Simulation) -> Result<PassReport, 
     if let Some(rc) = &i.replicationcontrollers {
         replicaset::sync_pods(cluster, rc, &i.pods, &mut report)?;
     }
+    if let Some(ds) = &i.daemonsets {
+        daemonset::sync(cluster, ds, &i.pods, &i.nodes, &mut report)?;
+    }
     pod::sync(cluster, &i, sim, &mut report)?;
     replicaset::sync_status(cluster, &i.replicasets, &i.pods, &mut report)?;
     if let Some(rc) = &i.replicationcontrollers {
@@ -208,7 +214,7 @@ pub fn reconcile(cluster: &mut Cluster, sim: &Simulation) -> Result<PassReport, 
 fn relevant(key: &crate::registry::StorageKey) -> bool {
     matches!(
         (key.0.as_str(), key.1.as_str()),
-        ("apps", "deployments" | "replicasets")
+        ("apps", "deployments" | "replicasets" | "daemonsets")
             | (
                 "",
                 "pods" | "nodes" | "namespaces" | "replicationcontrollers"

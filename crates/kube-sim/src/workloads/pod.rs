@@ -21,7 +21,7 @@ fn repels(taint: &Value) -> bool {
 }
 
 /// Whether one toleration tolerates one taint, by Kubernetes' matching rules.
-fn tolerates(toleration: &Value, taint: &Value) -> bool {
+pub(super) fn tolerates(toleration: &Value, taint: &Value) -> bool {
     let effect_ok = toleration["effect"]
         .as_str()
         .is_none_or(|e| e.is_empty() || Some(e) == taint["effect"].as_str());
