@@ -48,6 +48,38 @@ pub fn default_pod_spec(spec: &mut Value) {
     }
 }
 
+/// `SetDefaults_Job`, and the selector and pod labels kube-apiserver generates from the uid
+/// (unless `manualSelector`).
+fn default_job(obj: &mut Value) {
+    let uid = obj["metadata"]["uid"].clone();
+    let name = obj["metadata"]["name"].clone();
+    let spec = &mut obj["spec"];
+    if spec["completions"].is_null() && spec["parallelism"].is_null() {
+        spec["completions"] = json!(1);
+    }
+    set_default(spec, "parallelism", json!(1));
+    set_default(spec, "backoffLimit", json!(6));
+    set_default(spec, "completionMode", json!("NonIndexed"));
+    set_default(spec, "suspend", json!(false));
+    set_default(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));
+    if spec["manualSelector"] != json!(true) && spec["selector"].is_null() && uid.is_string() {
+        spec["selector"] = json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}});
+        let labels = &mut spec["template"]["metadata"]["labels"];
+        if !labels.is_object() {
+            *labels = json!({});
+        }
+        for (k, v) in [
+            ("batch.kubernetes.io/controller-uid", &uid),
+            ("batch.kubernetes.io/job-name", &name),
+            ("controller-uid", &uid),
+            ("job-name", &name),
+        ] {
+            labels[k] = v.clone();
+        }
+    }
+    default_pod_spec(&mut spec["template"]["spec"]);
+}
+
 /// Applies the built-in defaults of a kind in place (custom resources use their schema instead).
 pub fn apply(info: &ResourceInfo, obj: &mut Value) {
     if info.custom {
@@ -123,6 +155,7 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
             set_default(&mut obj["spec"], "replicas", json!(1));
             default_pod_spec(&mut obj["spec"]["template"]["spec"]);
         }
+        ("batch", "jobs") if obj["spec"].is_object() => default_job(obj),
         ("", "services") => {
             let spec = &mut obj["spec"];
             if !spec.is_object() {

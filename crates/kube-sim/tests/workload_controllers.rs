@@ -1,5 +1,6 @@
 //! The controller-manager behaviours clients rely on, through the Python client and kubectl:
-//! DaemonSets (a pod per eligible Node, rolling update, `kubectl drain --ignore-daemonsets`).
+//! DaemonSets (a pod per eligible Node, rolling update, `kubectl drain --ignore-daemonsets`),
+//! Jobs that run to completion (simulated, and `sh` through `--exec-images`).
 //! kubectl and Python are called unconditionally.
 
 mod common;
@@ -9,11 +10,16 @@ use kube_sim::{Config, KubeSim};
 use serde_json::Value;
 use std::time::Duration;
 
+/// A simulating server; image `shell` runs the host's `/bin` commands (`--exec-images`).
 async fn start(pod_cidr: &str) -> KubeSim {
     common::start_with(Config {
         simulate_workloads: true,
         workloads: kube_sim::workloads::WorkloadOptions {
             pod_cidr: pod_cidr.into(),
+            ..Default::default()
+        },
+        kubelet: kube_sim::kubelet::KubeletConfig {
+            exec_images: vec![("shell".into(), "/bin".into())],
             ..Default::default()
         },
         ..Default::default()
@@ -126,5 +132,93 @@ spec:
         on(l, "agent", "n1") == 1 && on(l, "web", "n1") == 0 && on(l, "web", "n2") == 2
     })
     .await;
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_client_job_runs_completions_with_parallelism() {
+    let sim = start("127.12.3.0/24").await;
+    common::run_python(&sim, "job.py").await;
+    sim.shutdown().await;
+}
+
+fn condition<'a>(job: &'a Value, kind: &str) -> Option<&'a Value> {
+    job["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind && c["status"] == "True")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_job_runs_to_completion_and_a_failing_one_hits_its_backoff_limit() {
+    let sim = start("127.12.4.0/24").await;
+    let k = Kubectl::new(&sim);
+    k.ok(&[
+        "create",
+        "job",
+        "hello",
+        "--image=shell:1",
+        "--",
+        "sh",
+        "-c",
+        "echo hello from the job",
+    ])
+    .await;
+    let out = k
+        .ok(&[
+            "wait",
+            "--for=condition=complete",
+            "job/hello",
+            "--timeout=60s",
+        ])
+        .await;
+    assert!(out.contains("job.batch/hello condition met"), "{out}");
+    assert_eq!(k.ok(&["logs", "job/hello"]).await, "hello from the job\n");
+    let job = k.json(&["get", "job", "hello"]).await;
+    assert_eq!(job["status"]["succeeded"], 1);
+    assert!(job["status"]["completionTime"].is_string(), "{job:#}");
+    assert!(condition(&job, "SuccessCriteriaMet").is_some(), "{job:#}");
+
+    let manifest = k.file(
+        "boom.yaml",
+        r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {name: boom, namespace: default}
+spec:
+  backoffLimit: 1
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: b, image: shell, command: [sh, -c, "echo failing; exit 3"]}]
+"#,
+    );
+    k.ok(&["apply", "-f", &manifest]).await;
+    k.ok(&[
+        "wait",
+        "--for=condition=failed",
+        "job/boom",
+        "--timeout=60s",
+    ])
+    .await;
+    let job = k.json(&["get", "job", "boom"]).await;
+    // backoffLimit 1: the second failure ends it.
+    assert_eq!(job["status"]["failed"], 2, "{job:#}");
+    assert!(job["status"]["succeeded"].is_null(), "{job:#}");
+    let failed = condition(&job, "Failed").expect("Failed condition");
+    assert_eq!(failed["reason"], "BackoffLimitExceeded");
+    assert_eq!(
+        failed["message"],
+        "Job has reached the specified backoff limit"
+    );
+    assert!(condition(&job, "FailureTarget").is_some(), "{job:#}");
+    let pods = k.json(&["get", "pods", "-l", "job-name=boom"]).await;
+    let phases: Vec<&Value> = pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| &p["status"]["phase"])
+        .collect();
+    assert_eq!(phases, ["Failed", "Failed"], "{pods:#}");
     sim.shutdown().await;
 }

@@ -3,7 +3,8 @@
 //! template, named `<deployment>-<pod-template-hash>`), `replicaset` (Pods with owner references
 //! and the `pod-template-hash` label), `pod` (scheduling onto schedulable Nodes, a distinct
 //! `podIP` from the pool, default `127.10.0.0/16` so a process can bind it on loopback; phase
-//! Running and Ready conditions), `daemonset` (a Pod per eligible Node, rolling updates), `node` (kubelet heartbeats: Nodes added with
+//! Running and Ready conditions), `daemonset` (a Pod per eligible Node, rolling updates), `job` (Pods run to
+//! completion, counted against `completions` and `backoffLimit`), `node` (kubelet heartbeats: Nodes added with
 //! [`crate::KubeSim::add_node`], and with simulation on every other Node too, are Ready and
 //! heartbeat until switched NotReady).
 //!
@@ -12,6 +13,7 @@
 mod daemonset;
 mod deployment;
 mod ippool;
+mod job;
 mod namespace;
 mod node;
 mod pod;
@@ -137,6 +139,7 @@ pub(crate) struct Infos {
     /// Served once the registry has them (core/v1 `replicationcontrollers`).
     replicationcontrollers: Option<ResourceInfo>,
     daemonsets: Option<ResourceInfo>,
+    jobs: Option<ResourceInfo>,
 }
 
 fn infos(cluster: &Cluster) -> Option<Infos> {
@@ -151,6 +154,7 @@ fn infos(cluster: &Cluster) -> Option<Infos> {
         configmaps: r.lookup("", "v1", "configmaps")?.clone(),
         replicationcontrollers: r.lookup("", "v1", "replicationcontrollers").cloned(),
         daemonsets: r.lookup("apps", "v1", "daemonsets").cloned(),
+        jobs: r.lookup("batch", "v1", "jobs").cloned(),
     })
 }
 
@@ -202,6 +206,9 @@ pub fn reconcile(cluster: &mut Cluster, sim: &Simulation) -> Result<PassReport, 
     if let Some(ds) = &i.daemonsets {
         daemonset::sync(cluster, ds, &i.pods, &i.nodes, &mut report)?;
     }
+    if let Some(jobs) = &i.jobs {
+        job::sync(cluster, jobs, &i.pods, &mut report)?;
+    }
     pod::sync(cluster, &i, sim, &mut report)?;
     replicaset::sync_status(cluster, &i.replicasets, &i.pods, &mut report)?;
     if let Some(rc) = &i.replicationcontrollers {
@@ -215,6 +222,7 @@ fn relevant(key: &crate::registry::StorageKey) -> bool {
     matches!(
         (key.0.as_str(), key.1.as_str()),
         ("apps", "deployments" | "replicasets" | "daemonsets")
+            | ("batch", "jobs")
             | (
                 "",
                 "pods" | "nodes" | "namespaces" | "replicationcontrollers"

@@ -182,12 +182,22 @@ pub(super) fn sync(
                 }
             },
         };
+        let terminal = matches!(
+            pod["status"]["phase"].as_str(),
+            Some("Succeeded" | "Failed")
+        );
+        if terminal && !sim.kubelet.runs(&pod) {
+            continue;
+        }
         let status = if sim.kubelet.runs(&pod) {
             // Its containers really run: the status follows their processes.
             sim.kubelet.ensure_started(&pod, &ip.to_string());
             sim.kubelet
                 .pod_status(&pod, &ip.to_string(), &host_ip)
                 .unwrap_or_else(|| running_status(&pod, ip, &host_ip, node_up))
+        } else if super::job::runs_to_completion(&pod) && pod["status"]["phase"] == "Running" {
+            // A simulated Job pod completes one pass after it started running.
+            super::job::succeeded_status(&pod)
         } else {
             running_status(&pod, ip, &host_ip, node_up)
         };
