@@ -1,6 +1,7 @@
 //! The controller-manager behaviours clients rely on, through the Python client and kubectl:
 //! DaemonSets (a pod per eligible Node, rolling update, `kubectl drain --ignore-daemonsets`),
-//! Jobs that run to completion (simulated, and `sh` through `--exec-images`).
+//! Jobs that run to completion (simulated, and `sh` through `--exec-images`), ReplicationControllers
+//! that keep their pods.
 //! kubectl and Python are called unconditionally.
 
 mod common;
@@ -220,5 +221,12 @@ spec:
         .map(|p| &p["status"]["phase"])
         .collect();
     assert_eq!(phases, ["Failed", "Failed"], "{pods:#}");
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_client_replicationcontroller_keeps_its_pods() {
+    let sim = start("127.12.5.0/24").await;
+    common::run_python(&sim, "replicationcontroller.py").await;
     sim.shutdown().await;
 }
