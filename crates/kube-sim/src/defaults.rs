@@ -22,7 +22,7 @@ fn default_container(c: &mut Value) {
     set_default(c, "terminationMessagePath", json!("/dev/termination-log"));
     set_default(c, "terminationMessagePolicy", json!("File"));
     set_default(c, "resources", json!({}));
-    if let Some(ports) = c["ports"].as_array_mut() {
+    if let Some(ports) = c.get_mut("ports").and_then(Value::as_array_mut) {
         for p in ports {
             set_default(p, "protocol", json!("TCP"));
         }
@@ -40,7 +40,7 @@ pub fn default_pod_spec(spec: &mut Value) {
     set_default(spec, "securityContext", json!({}));
     set_default(spec, "schedulerName", json!("default-scheduler"));
     for list in ["containers", "initContainers"] {
-        if let Some(cs) = spec[list].as_array_mut() {
+        if let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) {
             for c in cs {
                 default_container(c);
             }
@@ -168,7 +168,7 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
                 set_default(spec, "ipFamilyPolicy", json!("SingleStack"));
                 set_default(spec, "internalTrafficPolicy", json!("Cluster"));
             }
-            if let Some(ports) = spec["ports"].as_array_mut() {
+            if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
                 for p in ports {
                     set_default(p, "protocol", json!("TCP"));
                     let port = p["port"].clone();

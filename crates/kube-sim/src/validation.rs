@@ -92,14 +92,6 @@ fn join(path: &str, key: &str) -> String {
     }
 }
 
-/// Protobuf fields whose Go struct is embedded with `json:",inline"`.
-const INLINED: &[&str] = &[
-    "handler",
-    "volumeSource",
-    "persistentVolumeSource",
-    "ephemeralContainerCommon",
-];
-
 struct Walker<'s> {
     schema: &'s Schema,
     found: Findings,
@@ -134,7 +126,7 @@ impl<'s> Walker<'s> {
             let Some((owner, field)) = msg
                 .fields
                 .iter()
-                .find(|f| f.json == key)
+                .find(|f| f.json == key && f.inlined().is_none())
                 .map(|f| (name, f))
                 .or_else(|| self.inlined_field(msg, &key))
             else {
@@ -152,16 +144,13 @@ impl<'s> Walker<'s> {
     /// its JSON keys sit in the outer object, so they are looked up in the embedded message.
     fn inlined_field(&self, msg: &Message, key: &str) -> Option<(&'s str, &'s Field)> {
         let schema = self.schema;
-        msg.fields.iter().find_map(|f| match &f.ty {
-            Ty::Message(m) if INLINED.contains(&f.json.as_str()) => {
-                let (name, inner) = schema.messages_entry(m)?;
-                inner
-                    .fields
-                    .iter()
-                    .find(|g| g.json == key)
-                    .map(|g| (name, g))
-            }
-            _ => None,
+        msg.fields.iter().find_map(|f| {
+            let (name, inner) = schema.messages_entry(f.inlined()?)?;
+            inner
+                .fields
+                .iter()
+                .find(|g| g.json == key)
+                .map(|g| (name, g))
         })
     }
 
@@ -428,6 +417,18 @@ mod tests {
             r,
             Ok(vec![
                 "unknown field \"spec.containers[0].livenessProbe.exec.comand\"".to_string()
+            ])
+        );
+        // The embedded struct's own name is no JSON field.
+        let nested = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "livenessProbe": {"handler": {"exec": {}}}}],
+                     "volumes": [{"name": "v", "volumeSource": {"emptyDir": {}}}]}});
+        let (r, _) = check(nested, Mode::Warn);
+        assert_eq!(
+            r,
+            Ok(vec![
+                "unknown field \"spec.containers[0].livenessProbe.handler\"".to_string(),
+                "unknown field \"spec.volumes[0].volumeSource\"".to_string()
             ])
         );
     }

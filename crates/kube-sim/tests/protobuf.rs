@@ -278,3 +278,111 @@ async fn watches_stream_length_prefixed_protobuf_events() {
         "{events:?}"
     );
 }
+
+/// Fields of Go-inlined structs (a Probe's `handler`, a Volume's `volumeSource`) have no JSON name
+/// of their own: a protobuf Pod keeps them through decode, validation, storage and encode.
+#[tokio::test]
+async fn a_protobuf_pod_keeps_its_probe_handler_and_volume_source_both_ways() {
+    use k8s_pb::api::core::v1 as core;
+    use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
+    let sim = common::start().await;
+    let probe = core::Probe {
+        handler: Some(core::ProbeHandler {
+            http_get: Some(core::HttpGetAction {
+                path: Some("/healthz".into()),
+                port: Some(IntOrString {
+                    r#type: Some(0),
+                    int_val: Some(8080),
+                    str_val: None,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        period_seconds: Some(3),
+        ..Default::default()
+    };
+    let pod = core::Pod {
+        metadata: Some(meta::ObjectMeta {
+            name: Some("inlined".into()),
+            ..Default::default()
+        }),
+        spec: Some(core::PodSpec {
+            containers: vec![core::Container {
+                name: Some("app".into()),
+                image: Some("app:1".into()),
+                liveness_probe: Some(probe),
+                volume_mounts: vec![core::VolumeMount {
+                    name: Some("scratch".into()),
+                    mount_path: Some("/scratch".into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            volumes: vec![core::Volume {
+                name: Some("scratch".into()),
+                volume_source: Some(core::VolumeSource {
+                    empty_dir: Some(core::EmptyDirVolumeSource {
+                        medium: Some("Memory".into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let (code, _, body) = exchange(
+        &sim,
+        "POST",
+        "/api/v1/namespaces/default/pods?fieldValidation=Strict",
+        PROTOBUF,
+        "application/json",
+        envelope("v1", "Pod", pod.encode_to_vec().as_slice()),
+    )
+    .await;
+    assert_eq!(code, 201, "{}", String::from_utf8_lossy(&body));
+    let stored: serde_json::Value = serde_json::from_slice(&body).expect("JSON answer");
+    let c = &stored["spec"]["containers"][0];
+    let http_get = &c["livenessProbe"]["httpGet"];
+    assert_eq!(http_get["path"], "/healthz", "{stored:#}");
+    assert_eq!(http_get["port"], 8080, "{stored:#}");
+    assert!(c["livenessProbe"].get("handler").is_none(), "{stored:#}");
+    assert!(stored["spec"]["volumes"][0].get("volumeSource").is_none());
+    // Defaulting adds no nulls for lists the pod does not have.
+    assert!(c.get("ports").is_none() && stored["spec"].get("initContainers").is_none());
+    assert_eq!(
+        stored["spec"]["volumes"][0]["emptyDir"],
+        serde_json::json!({"medium": "Memory"}),
+        "{stored:#}"
+    );
+
+    let (code, ct, body) = exchange(
+        &sim,
+        "GET",
+        "/api/v1/namespaces/default/pods/inlined",
+        "",
+        PROTOBUF,
+        vec![],
+    )
+    .await;
+    assert_eq!((code, ct.as_str()), (200, PROTOBUF));
+    let u = Unknown::decode(&body[4..]).expect("an Unknown envelope");
+    let got = core::Pod::decode(u.raw.unwrap_or_default().as_slice()).expect("a Pod");
+    let spec = got.spec.expect("spec");
+    let http_get = spec.containers[0]
+        .liveness_probe
+        .as_ref()
+        .and_then(|p| p.handler.as_ref())
+        .and_then(|h| h.http_get.as_ref())
+        .expect("the probe's httpGet survives encoding");
+    assert_eq!(http_get.path.as_deref(), Some("/healthz"));
+    assert_eq!(http_get.port.as_ref().and_then(|p| p.int_val), Some(8080));
+    let empty_dir = spec.volumes[0]
+        .volume_source
+        .as_ref()
+        .and_then(|s| s.empty_dir.as_ref())
+        .expect("the volume's emptyDir survives encoding");
+    assert_eq!(empty_dir.medium.as_deref(), Some("Memory"));
+}

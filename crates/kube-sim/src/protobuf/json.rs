@@ -299,6 +299,13 @@ pub fn decode_message(
         match field.label {
             Label::Optional => {
                 let v = value(schema, field, raw, depth)?;
+                if field.inlined().is_some() {
+                    // Go embeds it: its fields are the outer object's.
+                    if let Value::Object(inner) = v {
+                        out.extend(inner);
+                    }
+                    continue;
+                }
                 if !omitted(field, &v) {
                     out.insert(field.json.clone(), v);
                 }
@@ -469,6 +476,13 @@ pub fn encode_message(schema: &Schema, name: &str, v: &Value, depth: usize) -> O
     let obj = v.as_object()?;
     let mut out = vec![];
     for field in &msg.fields {
+        if let Some(inner) = field.inlined() {
+            // A Go-embedded struct: its fields are read from this same object.
+            if let Some(bytes) = encode_message(schema, inner, v, depth + 1) {
+                wire::put_bytes(&mut out, field.tag, &bytes);
+            }
+            continue;
+        }
         let Some(fv) = obj.get(&field.json).filter(|x| !x.is_null()) else {
             continue;
         };

@@ -36,6 +36,25 @@ pub struct Field {
     pub ty: Ty,
 }
 
+/// Protobuf fields whose Go struct is embedded with `json:",inline"`: in JSON, the embedded
+/// message's fields sit in the outer object and the field's own name does not appear.
+const INLINED: &[&str] = &[
+    "handler",
+    "volumeSource",
+    "persistentVolumeSource",
+    "ephemeralContainerCommon",
+];
+
+impl Field {
+    /// The embedded message, when this field is a Go-inlined struct (`Probe.handler`, ...).
+    pub fn inlined(&self) -> Option<&str> {
+        match &self.ty {
+            Ty::Message(m) if INLINED.contains(&self.json.as_str()) => Some(m),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Message {
     pub fields: Vec<Field>,
