@@ -23,21 +23,13 @@ fn testpod_dir() -> PathBuf {
 /// A server whose pods get IPs from `pod_cidr` (one per test: tests run in parallel and every
 /// pod listens on port 8080 of its own IP).
 async fn start(pod_cidr: &str) -> KubeSim {
-    common::start_with(Config {
-        simulate_workloads: true,
-        workloads: kube_sim::workloads::WorkloadOptions {
-            pod_cidr: pod_cidr.into(),
-            ..Default::default()
-        },
-        kubelet: KubeletConfig {
-            exec_images: vec![(IMAGE.into(), testpod_dir())],
-            restart_backoff: Duration::from_millis(300),
-            max_restart_backoff: Duration::from_secs(2),
-            ..Default::default()
-        },
+    let kubelet = KubeletConfig {
+        exec_images: vec![(IMAGE.into(), testpod_dir())],
+        restart_backoff: Duration::from_millis(300),
+        max_restart_backoff: Duration::from_secs(2),
         ..Default::default()
-    })
-    .await
+    };
+    common::start_simulating(pod_cidr, kubelet).await
 }
 
 fn testpod(name: &str, restart_policy: &str) -> String {

@@ -6,8 +6,8 @@
 mod common;
 
 use common::kubectl::Kubectl;
+use kube_sim::KubeSim;
 use kube_sim::kubelet::KubeletConfig;
-use kube_sim::{Config, KubeSim};
 use serde_json::json;
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -22,19 +22,11 @@ async fn start(pod_cidr: &str) -> KubeSim {
         .parent()
         .expect("binary directory")
         .to_path_buf();
-    common::start_with(Config {
-        simulate_workloads: true,
-        workloads: kube_sim::workloads::WorkloadOptions {
-            pod_cidr: pod_cidr.into(),
-            ..Default::default()
-        },
-        kubelet: KubeletConfig {
-            exec_images: vec![(IMAGE.into(), dir)],
-            ..Default::default()
-        },
+    let kubelet = KubeletConfig {
+        exec_images: vec![(IMAGE.into(), dir)],
         ..Default::default()
-    })
-    .await
+    };
+    common::start_simulating(pod_cidr, kubelet).await
 }
 
 /// Creates pod `web` serving HTTP on 8080 and waits until it is Ready.

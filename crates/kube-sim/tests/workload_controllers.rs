@@ -7,25 +7,17 @@
 mod common;
 
 use common::kubectl::Kubectl;
-use kube_sim::{Config, KubeSim};
+use kube_sim::KubeSim;
 use serde_json::Value;
 use std::time::Duration;
 
 /// A simulating server; image `shell` runs the host's `/bin` commands (`--exec-images`).
 async fn start(pod_cidr: &str) -> KubeSim {
-    common::start_with(Config {
-        simulate_workloads: true,
-        workloads: kube_sim::workloads::WorkloadOptions {
-            pod_cidr: pod_cidr.into(),
-            ..Default::default()
-        },
-        kubelet: kube_sim::kubelet::KubeletConfig {
-            exec_images: vec![("shell".into(), "/bin".into())],
-            ..Default::default()
-        },
+    let kubelet = kube_sim::kubelet::KubeletConfig {
+        exec_images: vec![("shell".into(), "/bin".into())],
         ..Default::default()
-    })
-    .await
+    };
+    common::start_simulating(pod_cidr, kubelet).await
 }
 
 /// Polls `kubectl get <args> -o json` until `check` holds (panics with the last answer after 30s).

@@ -17,6 +17,24 @@ pub async fn start_with(config: Config) -> KubeSim {
     KubeSim::start(config).await.expect("kube-sim starts")
 }
 
+/// A server simulating workloads whose pods get IPs from `pod_cidr` (one range per test: tests
+/// run in parallel and pods of a test binary listen on fixed ports of their own IPs).
+pub async fn start_simulating(
+    pod_cidr: &str,
+    kubelet: kube_sim::kubelet::KubeletConfig,
+) -> KubeSim {
+    start_with(Config {
+        simulate_workloads: true,
+        workloads: kube_sim::workloads::WorkloadOptions {
+            pod_cidr: pod_cidr.into(),
+            ..Default::default()
+        },
+        kubelet,
+        ..Default::default()
+    })
+    .await
+}
+
 /// A raw HTTP/1.0 exchange (the body is read until the server closes), so tests see exactly
 /// the status and body the server writes. Returns (status, body).
 pub async fn raw(

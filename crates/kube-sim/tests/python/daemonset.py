@@ -2,24 +2,14 @@
 NoSchedule taints kept off, cordoned nodes keep their daemon), the status counts, a rolling
 update on template change and a deleted daemon pod replaced."""
 import sys
-import time
 
 from kubernetes import client, config
+
+from helpers import eventually
 
 config.load_kube_config(config_file=sys.argv[1])
 core = client.CoreV1Api()
 apps = client.AppsV1Api()
-
-
-def eventually(what, check, timeout=30):
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError("never %s (last: %r)" % (what, last))
 
 
 def node(name, labels, taints=None):

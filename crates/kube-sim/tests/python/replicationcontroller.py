@@ -1,23 +1,13 @@
 """ReplicationControllers through the Python client: they keep their pods as ReplicaSets do
 (scale up and down through the scale subresource, a deleted pod replaced) and report counts."""
 import sys
-import time
 
 from kubernetes import client, config
 
+from helpers import eventually
+
 config.load_kube_config(config_file=sys.argv[1])
 core = client.CoreV1Api()
-
-
-def eventually(what, check, timeout=30):
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError("never %s (last: %r)" % (what, last))
 
 
 def live_pods():
