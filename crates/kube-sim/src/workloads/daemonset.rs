@@ -278,3 +278,57 @@ fn sync_status(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ds(node_selector: Value) -> Value {
+        json!({"metadata": {"name": "agent", "generation": 2},
+               "spec": {"template": {"spec": {"nodeSelector": node_selector,
+                                              "containers": [{"name": "a"}]}}}})
+    }
+
+    #[test]
+    fn cordoned_nodes_keep_daemons_and_untolerated_taints_keep_them_off() {
+        let spec = pod_spec(&ds(json!({"role": "worker"})));
+        let worker = json!({"metadata": {"name": "n", "labels": {"role": "worker"}}});
+        assert_eq!(eligibility(&worker, &spec), (true, true));
+        let cordoned = json!({"metadata": {"labels": {"role": "worker"}},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]}});
+        assert_eq!(eligibility(&cordoned, &spec), (true, true));
+        let no_schedule = json!({"metadata": {"labels": {"role": "worker"}},
+            "spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}});
+        // Not placed there, but one already there stays.
+        assert_eq!(eligibility(&no_schedule, &spec), (false, true));
+        let no_execute = json!({"metadata": {"labels": {"role": "worker"}},
+            "spec": {"taints": [{"key": "dedicated", "effect": "NoExecute"}]}});
+        assert_eq!(eligibility(&no_execute, &spec), (false, false));
+        let other = json!({"metadata": {"labels": {"role": "db"}}});
+        assert_eq!(eligibility(&other, &spec), (false, false));
+    }
+
+    #[test]
+    fn daemon_pods_are_bound_to_their_node_with_the_controllers_tolerations() {
+        let pod = daemon_pod(&ds(json!(null)), "n1", "abc");
+        assert_eq!(pod["spec"]["nodeName"], "n1");
+        assert_eq!(
+            pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                ["nodeSelectorTerms"][0]["matchFields"][0],
+            json!({"key": "metadata.name", "operator": "In", "values": ["n1"]})
+        );
+        assert_eq!(pod["metadata"]["labels"][HASH_LABEL], "abc");
+        assert_eq!(pod["metadata"]["labels"]["pod-template-generation"], "2");
+        assert_eq!(pod["spec"]["tolerations"].as_array().map(Vec::len), Some(6));
+    }
+
+    #[test]
+    fn max_unavailable_reads_integers_and_percentages() {
+        let with = |v: Value| json!({"spec": {"updateStrategy": {"rollingUpdate": {"maxUnavailable": v}}}});
+        assert_eq!(max_unavailable(&with(json!(3)), 10), 3);
+        assert_eq!(max_unavailable(&with(json!("50%")), 10), 5);
+        assert_eq!(max_unavailable(&with(json!("5%")), 10), 1);
+        assert_eq!(max_unavailable(&json!({}), 10), 1);
+    }
+}
