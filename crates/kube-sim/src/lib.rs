@@ -19,8 +19,9 @@
 //! validation), `defaults` (built-in kinds), `patch` (JSON, merge, strategic), `apply`
 //! (server-side apply and managedFields), `convert` (served version <-> storage), then `store`
 //! (objects as serialized JSON, one resourceVersion counter, event history, broadcast to
-//! watches; with a data directory `persistence` makes each event durable before it is applied
-//! and `snapshot` compacts the log). `workloads` reacts to store events as the
+//! watches; with a data directory `persistence` logs each event before it is applied,
+//! `commit_log` fsyncs the log once per batch of concurrent writes before their responses go
+//! out, and `snapshot` compacts the log). `workloads` reacts to store events as the
 //! controllers and kubelet would. Errors are `error::ApiError`, rendered as kube-apiserver's
 //! `Status`.
 
@@ -28,6 +29,7 @@ pub mod accounting;
 pub mod apply;
 pub mod auth;
 pub mod cluster;
+pub mod commit_log;
 pub mod convert;
 pub mod defaults;
 pub mod error;

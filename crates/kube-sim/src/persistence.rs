@@ -1,6 +1,7 @@
 //! Persistence (`--data-dir`): an append-only log of every store event (one JSON line each),
-//! written and fsync'd while the write still holds the cluster lock, so before its response goes
-//! out; replayed in order at start. Replaying through the store reproduces every resourceVersion
+//! written while the write still holds the cluster lock (log order is resourceVersion order) and
+//! fsync'd by group commit (`commit_log`) before its response goes out; replayed in order at
+//! start. Replaying through the store reproduces every resourceVersion
 //! (each event advances it by exactly one), so versions continue upwards after a restart and
 //! watches resume from the replayed history or get `410 Gone`.
 //!
@@ -11,6 +12,7 @@
 //! followed by more data is corruption, refused with its byte offset.
 
 use crate::cluster::Cluster;
+use crate::commit_log::{GroupCommit, Log};
 use crate::store::{Event, EventType, Store, obj_key};
 use serde_json::{Value, json};
 use std::fs::{File, OpenOptions};
@@ -204,9 +206,14 @@ pub fn replay(
 }
 
 /// Opens (or creates) the data directory: replays the log into `cluster` (or, for a new log,
-/// writes the cluster's initial objects), then makes every later event durable before it is
-/// published.
-pub fn open(dir: &Path, cluster: &mut Cluster, history: usize) -> Result<(), PersistenceError> {
+/// writes the cluster's initial objects), then appends every later event to the log before it is
+/// published. A request is acknowledged once the returned group commit says its records are on
+/// disk (`GroupCommit::durable`).
+pub fn open(
+    dir: &Path,
+    cluster: &mut Cluster,
+    history: usize,
+) -> Result<Arc<GroupCommit>, PersistenceError> {
     let io = |source| PersistenceError::Io {
         path: dir.to_path_buf(),
         source,
@@ -263,14 +270,14 @@ pub fn open(dir: &Path, cluster: &mut Cluster, history: usize) -> Result<(), Per
         // Make the log's directory entry durable too.
         let _ = d.sync_all();
     }
-    let durable_len = file.metadata().map_err(io)?.len();
-    let log = Arc::new(Mutex::new(Log {
+    let len = file.metadata().map_err(io)?.len();
+    let log = Arc::new(Mutex::new(Log::new(
         file,
-        path: path.clone(),
-        dir: dir.to_path_buf(),
-        durable_len,
+        path.clone(),
+        dir.to_path_buf(),
+        len,
         snapshot_len,
-    }));
+    )));
     let appender = log.clone();
     cluster.store.set_sink(Box::new(move |ev: &Event| {
         appender
@@ -278,77 +285,14 @@ pub fn open(dir: &Path, cluster: &mut Cluster, history: usize) -> Result<(), Per
             .unwrap_or_else(|p| p.into_inner())
             .append(ev)
     }));
+    let compactor = log.clone();
     cluster.store.set_compactor(Box::new(move |store: &Store| {
-        log.lock().unwrap_or_else(|p| p.into_inner()).compact(store);
+        compactor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .compact(store);
     }));
-    Ok(())
-}
-
-/// The open log of a data directory.
-struct Log {
-    file: File,
-    path: PathBuf,
-    dir: PathBuf,
-    /// Bytes of complete, fsync'd records.
-    durable_len: u64,
-    /// Size of the last snapshot: about the live data.
-    snapshot_len: u64,
-}
-
-impl Log {
-    fn append(&mut self, ev: &Event) -> Result<(), String> {
-        let record = encode(ev);
-        match self
-            .file
-            .write_all(&record)
-            .and_then(|()| self.file.sync_data())
-        {
-            Ok(()) => {
-                self.durable_len += record.len() as u64;
-                Ok(())
-            }
-            Err(e) => {
-                // Cut a partial record away so the log stays valid for the next start.
-                let restored = self.truncate(self.durable_len);
-                tracing::error!(path = %self.path.display(), error = %e, restored = restored.is_ok(), "cannot persist a write; refusing it");
-                Err(format!(
-                    "cannot persist the write to {}: {e}",
-                    self.path.display()
-                ))
-            }
-        }
-    }
-
-    fn truncate(&mut self, len: u64) -> std::io::Result<()> {
-        self.file.set_len(len)?;
-        self.file.seek(std::io::SeekFrom::Start(len))?;
-        Ok(())
-    }
-
-    /// Once the log outgrows the live data: snapshot, then empty the log. A crash between the
-    /// two leaves log records the snapshot covers; replay skips them.
-    fn compact(&mut self, store: &Store) {
-        let threshold = crate::snapshot::COMPACT_MIN_BYTES.max(2 * self.snapshot_len);
-        if self.durable_len <= threshold {
-            return;
-        }
-        let compacted = crate::snapshot::write(&self.dir, store).and_then(|size| {
-            self.truncate(0)?;
-            self.file.sync_all()?;
-            Ok(size)
-        });
-        match compacted {
-            Ok(size) => {
-                tracing::info!(dir = %self.dir.display(), log_bytes = self.durable_len, snapshot_bytes = size, "compacted the event log into a snapshot");
-                self.durable_len = 0;
-                self.snapshot_len = size;
-            }
-            // The log is still whole: compaction is retried after the next write.
-            Err(e) => {
-                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot compact the event log")
-            }
-        }
-    }
+    Ok(Arc::new(GroupCommit::new(log)))
 }
 
 #[cfg(test)]

@@ -21,6 +21,8 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     pub server_address: String,
     pub bookmark_interval: Duration,
+    /// With a data directory: what a write's response waits for (its records on disk).
+    pub group_commit: std::sync::OnceLock<std::sync::Arc<crate::commit_log::GroupCommit>>,
     /// The last way watches were ended; every change ends every open watch (see `end_watches`).
     watch_ends: tokio::sync::watch::Sender<Option<WatchEnd>>,
 }
@@ -32,6 +34,7 @@ impl Shared {
             shutdown: CancellationToken::new(),
             server_address,
             bookmark_interval,
+            group_commit: std::sync::OnceLock::new(),
             watch_ends: tokio::sync::watch::Sender::new(None),
         }
     }

@@ -57,7 +57,8 @@ impl Testbed {
         // Fail early on a bad pool rather than in the background.
         crate::workloads::IpPool::parse(&config.workloads.pod_cidr)?;
         if let Some(dir) = &config.data_dir {
-            crate::persistence::open(dir, &mut shared.lock(), config.history_size)?;
+            let commit = crate::persistence::open(dir, &mut shared.lock(), config.history_size)?;
+            let _ = shared.group_commit.set(commit);
         }
         let tb = Arc::new(Self {
             counters: RequestCounters::default(),

@@ -60,10 +60,12 @@ pub struct Args {
     pub machine_drain_timeout: Duration,
 
     /// Machines reconciled in parallel.
-    #[arg(long, env = "MACHINE_CONCURRENCY", default_value_t = 10)]
+    #[arg(long, env = "MACHINE_CONCURRENCY", default_value_t = 10,
+          value_parser = capstan_runtime::cli::parse_count::<u16>)]
     pub machine_concurrency: u16,
     /// MachineClasses and Secrets reconciled in parallel.
-    #[arg(long, env = "CLASS_CONCURRENCY", default_value_t = 4)]
+    #[arg(long, env = "CLASS_CONCURRENCY", default_value_t = 4,
+          value_parser = capstan_runtime::cli::parse_count::<u16>)]
     pub class_concurrency: u16,
 }
 
@@ -85,5 +87,29 @@ impl Args {
             long: self.long_retry,
             resource_exhausted: self.resource_exhausted_retry,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Args;
+    use clap::Parser;
+
+    #[test]
+    fn zero_concurrency_is_refused_naming_the_flag() {
+        for flag in ["--machine-concurrency", "--class-concurrency"] {
+            let err = Args::try_parse_from(["machineclass-controller", flag, "0"])
+                .expect_err("0 workers would reconcile nothing");
+            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
+            let text = err.to_string();
+            assert!(text.contains(flag), "{text}");
+            assert!(text.contains("must be at least 1"), "{text}");
+        }
+        let err = Args::try_parse_from(["machineclass-controller", "--class-concurrency", "70000"])
+            .expect_err("past u16");
+        assert!(err.to_string().contains("70000 is too large"), "{err}");
+        let args = Args::try_parse_from(["machineclass-controller", "--machine-concurrency", "2"])
+            .expect("2");
+        assert_eq!(args.machine_concurrency, 2);
     }
 }

@@ -19,9 +19,28 @@ pub struct Args {
     #[arg(long, env = "SLO_CONFIG_NAME", default_value = CONFIG_NAME)]
     pub config_name: String,
     /// Reconciles running at once.
-    #[arg(long, env = "NODESLO_WORKERS", default_value_t = 8)]
+    #[arg(long, env = "NODESLO_WORKERS", default_value_t = 8,
+          value_parser = capstan_runtime::cli::parse_count::<usize>)]
     pub workers: usize,
     /// Retry delay after a write conflict (the cache was stale), in milliseconds.
     #[arg(long, env = "NODESLO_CONFLICT_RETRY_MS", default_value_t = 200)]
     pub conflict_retry_ms: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Args;
+    use clap::Parser;
+
+    #[test]
+    fn zero_workers_is_refused_naming_the_flag() {
+        let err = Args::try_parse_from(["nodeslo-controller", "--workers", "0"])
+            .expect_err("0 workers would reconcile nothing");
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
+        let text = err.to_string();
+        assert!(text.contains("--workers"), "{text}");
+        assert!(text.contains("must be at least 1"), "{text}");
+        let args = Args::try_parse_from(["nodeslo-controller", "--workers", "3"]).expect("3");
+        assert_eq!(args.workers, 3);
+    }
 }

@@ -204,6 +204,20 @@ pub fn user_agent(binary: &str) -> String {
     format!("{binary}/{}", env!("CARGO_PKG_VERSION"))
 }
 
+/// Parses a count flag (`--workers`, `--machine-concurrency`): a whole number of at least 1, as
+/// 0 would start no workers and nothing would ever be reconciled. Use as
+/// `#[arg(value_parser = parse_count::<usize>)]`; clap names the flag in the error.
+pub fn parse_count<T: TryFrom<u64>>(text: &str) -> Result<T, String> {
+    let n: u64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected a whole number of at least 1, got {text:?}"))?;
+    if n == 0 {
+        return Err("must be at least 1 (with 0 nothing would ever be reconciled)".into());
+    }
+    T::try_from(n).map_err(|_| format!("{n} is too large"))
+}
+
 /// Reads one kubeconfig or a `:`-separated list (the `KUBECONFIG` convention), merged in order.
 fn read_kubeconfig_paths(paths: &std::path::Path) -> Result<Kubeconfig, RuntimeError> {
     let mut merged: Option<Kubeconfig> = None;
@@ -222,4 +236,25 @@ fn read_kubeconfig_paths(paths: &std::path::Path) -> Result<Kubeconfig, RuntimeE
         path: paths.to_path_buf(),
         source: kube::config::KubeconfigError::FindPath,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_count;
+
+    #[test]
+    fn counts_are_whole_numbers_of_at_least_one() {
+        assert_eq!(parse_count::<usize>("1"), Ok(1));
+        assert_eq!(parse_count::<u16>(" 65535 "), Ok(65535));
+        assert_eq!(
+            parse_count::<usize>("0"),
+            Err("must be at least 1 (with 0 nothing would ever be reconciled)".to_string())
+        );
+        assert_eq!(
+            parse_count::<u16>("65536"),
+            Err("65536 is too large".to_string())
+        );
+        assert!(parse_count::<u16>("-1").is_err());
+        assert!(parse_count::<u16>("two").is_err());
+    }
 }

@@ -359,6 +359,19 @@ impl Cluster {
                 meta(&doc)["name"].as_str().unwrap_or_default()
             )));
         }
+        // The patched object is decoded into its kind as kube-apiserver does: a JSON patch can
+        // leave any value anywhere, and a wrong type is refused naming the field (not stored,
+        // where defaulting and every typed client would trip over it).
+        if !info.custom {
+            let api_version = info.api_version();
+            crate::validation::admit(
+                &api_version,
+                &info.kind,
+                &mut doc,
+                &[],
+                crate::validation::Mode::Ignore,
+            )?;
+        }
         // A patch carrying metadata.resourceVersion is a precondition; otherwise it is unconditional.
         Ok((self.commit(info, &old, doc, sub, opts, true)?, false))
     }

@@ -147,10 +147,19 @@ pub async fn dispatch(State(shared): State<Arc<Shared>>, req: Request) -> Respon
         Some(ri) => ri.clone(),
         None => RequestInfo::parse(parts.method.as_str(), &path, parts.uri.query()),
     };
-    match route(&shared, &ri, &parts.method, &query, &parts.headers, &body) {
+    let response = match route(&shared, &ri, &parts.method, &query, &parts.headers, &body) {
         Ok(r) => r,
-        Err(e) => error_response(&e),
+        Err(e) => return error_response(&e),
+    };
+    // A write is acknowledged once its log records are on disk (one fsync per batch of
+    // concurrent writes): the ticket read after it covers every record it appended.
+    if !parts.method.is_safe()
+        && let Some(commit) = shared.group_commit.get()
+        && let Err(why) = commit.durable(commit.appended()).await
+    {
+        return error_response(&ApiError::internal(why));
     }
+    response
 }
 
 fn route(
