@@ -1,13 +1,94 @@
-//! What can go wrong in one reconcile; every variant is retried on the next pass.
+//! What can go wrong in one reconcile: one variant per step, carrying what the step was working
+//! on. Each has a short snake_case label for metrics and spans; a 409 in the source makes the
+//! controller kit retry soon (the watch brings the newer object) instead of backing off.
+
+use capstan_runtime::ErrorLabel;
+use capstan_runtime::controller::ReconcileFailure;
 
 use crate::sidecars::SidecarError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error(transparent)]
-    Sidecar(#[from] SidecarError),
+    #[error("creating gateway deployment {deployment}: {source}")]
+    CreateDeployment {
+        deployment: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("deleting marked gateway deployment {deployment}: {source}")]
+    DeleteDeployment {
+        deployment: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("writing status.gatewayPodStatus of SliceGateway {gateway}: {source}")]
+    WriteGatewayPodStatus {
+        gateway: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("pushing the next hops of SliceGateway {gateway} to router {router}: {source}")]
+    PushNextHops {
+        gateway: String,
+        router: String,
+        #[source]
+        source: SidecarError,
+    },
+    #[error("editing the intermediate deployments of SliceGateway {gateway}: {source}")]
+    EditIntermediate {
+        gateway: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("labelling gateway pod {pod} exclude-gw-route: {source}")]
+    ExcludeGatewayPod {
+        pod: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("labelling gateway deployment {deployment} marked-for-deletion: {source}")]
+    MarkForDeletion {
+        deployment: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("withdrawing the route via {nsm_ip} from router {router}: {source}")]
+    WithdrawRoute {
+        router: String,
+        nsm_ip: String,
+        #[source]
+        source: SidecarError,
+    },
+    #[error("writing spec.state of recycler {recycler}: {source}")]
+    WriteState {
+        recycler: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("writing the failure condition of recycler {recycler}: {source}")]
+    WriteCondition {
+        recycler: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("writing status.client.response of recycler {recycler}: {source}")]
+    WriteResponse {
+        recycler: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("deleting finished recycler {recycler}: {source}")]
+    DeleteFinished {
+        recycler: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("triggering a rebalancing recycle of deployment {deployment}: {source}")]
+    TriggerRebalance {
+        deployment: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("SliceGateway {0} is not in the cache")]
     GatewayMissing(String),
     #[error("SliceGateway {gateway} has no {field}")]
@@ -19,29 +100,27 @@ pub enum ReconcileError {
     RouterMissing(String),
 }
 
-impl ReconcileError {
-    pub fn metric_label(&self) -> &'static str {
+impl ErrorLabel for ReconcileError {
+    fn metric_label(&self) -> &'static str {
         match self {
-            ReconcileError::Kube(e) if is_conflict(e) => "conflict",
-            ReconcileError::Kube(_) => "kube",
-            ReconcileError::Sidecar(e) => e.metric_label(),
-            ReconcileError::GatewayMissing(_) => "gateway_missing",
-            ReconcileError::GatewayField { .. } => "gateway_field",
-            ReconcileError::RouterMissing(_) => "router_missing",
+            Self::CreateDeployment { .. } => "create_deployment",
+            Self::DeleteDeployment { .. } => "delete_deployment",
+            Self::WriteGatewayPodStatus { .. } => "write_gateway_pod_status",
+            Self::PushNextHops { .. } => "push_next_hops",
+            Self::EditIntermediate { .. } => "edit_intermediate",
+            Self::ExcludeGatewayPod { .. } => "exclude_gateway_pod",
+            Self::MarkForDeletion { .. } => "mark_for_deletion",
+            Self::WithdrawRoute { .. } => "withdraw_route",
+            Self::WriteState { .. } => "write_state",
+            Self::WriteCondition { .. } => "write_condition",
+            Self::WriteResponse { .. } => "write_response",
+            Self::DeleteFinished { .. } => "delete_finished",
+            Self::TriggerRebalance { .. } => "trigger_rebalance",
+            Self::GatewayMissing(_) => "gateway_missing",
+            Self::GatewayField { .. } => "gateway_field",
+            Self::RouterMissing(_) => "router_missing",
         }
     }
 }
 
-impl capstan_runtime::ErrorLabel for ReconcileError {
-    fn metric_label(&self) -> &'static str {
-        ReconcileError::metric_label(self)
-    }
-}
-
-pub fn is_conflict(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(s) if s.code == 409)
-}
-
-pub fn is_not_found(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(s) if s.code == 404)
-}
+impl ReconcileFailure for ReconcileError {}

@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use capstan_apis::networking::{GwPodInfo, SliceGateway, TunnelState, TunnelStatus};
+use capstan_runtime::kube_errors::{is_conflict, is_not_found};
+use capstan_runtime::sync::lock;
 use gw_recycler_core::naming::{deployment_name, instance_of};
 use gw_recycler_core::nexthop::{GatewayPodFacts, next_hops};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -78,7 +80,11 @@ impl GatewayReconciler {
             let api: Api<SliceGateway> = Api::namespaced(self.client.clone(), &self.namespace);
             let patch = json!({"status": {"gatewayPodStatus": infos}});
             api.patch_status(&name, &write_params(&self.manager), &Patch::Merge(&patch))
-                .await?;
+                .await
+                .map_err(|source| ReconcileError::WriteGatewayPodStatus {
+                    gateway: name.clone(),
+                    source,
+                })?;
         }
         // Router next hops.
         let facts: Vec<GatewayPodFacts> = world
@@ -104,32 +110,25 @@ impl GatewayReconciler {
             return Ok(Pending(unready));
         };
         let key = (name.clone(), router_uid);
-        let unchanged = self
-            .pushed
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&key)
-            == Some(&hops);
+        let unchanged = lock(&self.pushed).get(&key) == Some(&hops);
         if !unchanged {
             if let Err(error) = self.sidecars.set_next_hops(&router, &subnet, &hops).await {
                 // Unknown what the router holds now: push again on the next pass.
                 self.forget_pushed(&key);
-                return Err(error.into());
+                return Err(ReconcileError::PushNextHops {
+                    gateway: name,
+                    router,
+                    source: error,
+                });
             }
             tracing::info!(?hops, %router, "router next hops pushed");
-            self.pushed
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(key, hops);
+            lock(&self.pushed).insert(key, hops);
         }
         Ok(Pending(unready))
     }
 
     fn forget_pushed(&self, key: &(String, String)) {
-        self.pushed
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(key);
+        lock(&self.pushed).remove(key);
     }
 
     async fn ensure_deployments(
@@ -169,8 +168,13 @@ impl GatewayReconciler {
             let deployment = self.template.deployment(&self.namespace, name, slice, &dep);
             match api.create(&PostParams::default(), &deployment).await {
                 Ok(_) => tracing::info!(deployment = %dep, "gateway deployment created"),
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
-                Err(e) => return Err(e.into()),
+                Err(e) if is_conflict(&e) => {}
+                Err(source) => {
+                    return Err(ReconcileError::CreateDeployment {
+                        deployment: dep,
+                        source,
+                    });
+                }
             }
         }
         // Per instance, the deployments that stay; a marked one goes only when another does.
@@ -195,8 +199,13 @@ impl GatewayReconciler {
             }
             match api.delete(&dep, &DeleteParams::background()).await {
                 Ok(_) => tracing::info!(deployment = %dep, "marked gateway deployment deleted"),
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
+                Err(e) if is_not_found(&e) => {}
+                Err(source) => {
+                    return Err(ReconcileError::DeleteDeployment {
+                        deployment: dep,
+                        source,
+                    });
+                }
             }
         }
         Ok(())

@@ -1,162 +1,61 @@
-//! Wiring of the `gw-recycler` binary; `main.rs` only parses flags and calls [`main_with`].
-//! One process per worker cluster: it watches WorkerSliceGwRecyclers on the hub and plays the
-//! server or client side of each ([`recycler`]), and reconciles the local SliceGateways'
-//! deployments, pod status and router next hops ([`gateway`]). `gw-recycler trigger` starts a
-//! recycle ([`trigger`]). The decisions live in `gw-recycler-core`.
+//! Wiring of the `gw-recycler` binary; `main.rs` only parses flags ([`cli`]) and calls
+//! [`main_with`]. One process per worker cluster, two kube-runtime controllers on the controller
+//! kit of `capstan-runtime`: the slice gateway reconciler ([`gateway`], plus [`rebalance`]) over
+//! the worker's SliceGateways, and the recycler ([`recycler`]) over the hub's
+//! WorkerSliceGwRecyclers, playing the server or client side of each. `gw-recycler trigger`
+//! starts a recycle ([`trigger`]). The decisions live in `gw-recycler-core`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use capstan_apis::networking::DEFAULT_NAMESPACE;
+use anyhow::Context as _;
+use capstan_apis::networking::{LABEL_NODE_TYPE, LABEL_SLICEGW, NODE_TYPE_GATEWAY, SliceGateway};
+use capstan_apis::worker::WorkerSliceGwRecycler;
+use capstan_runtime::backoff::{BackoffConfig, PerObjectBackoff};
 use capstan_runtime::cli::CommonArgs;
+use capstan_runtime::controller::{Binary, Gates, Reconciler, RetryPolicy, Target, drive, reflect};
 use capstan_runtime::leader::LeaderHandle;
 use capstan_runtime::metrics::ControllerMetrics;
-use capstan_runtime::service::Service;
 use capstan_runtime::shutdown::Shutdown;
-use capstan_runtime::telemetry;
+use futures::TryStreamExt;
 use gw_recycler_core::Timestamp;
 use gw_recycler_core::decide::Timing;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use prometheus_client::registry::Registry;
-use tokio::sync::Notify;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Resource};
+use tokio::sync::mpsc::unbounded_channel;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 
+pub mod cli;
 pub mod error;
 pub mod gateway;
 pub mod metrics;
 pub mod ops;
+pub mod rebalance;
 pub mod recycler;
 pub mod sidecars;
 pub mod template;
 pub mod trigger;
 pub mod world;
 
-use crate::gateway::GatewayReconciler;
-use crate::recycler::{Allowed, Recycler};
+pub use cli::{Args, Command, Role};
+
+use crate::error::ReconcileError;
+use crate::gateway::{GatewayReconciler, Pending};
+use crate::recycler::Recycler;
 use crate::sidecars::Sidecars;
 use crate::template::GatewayTemplate;
-use crate::world::World;
+use crate::world::{World, gateway_deployments, label};
 
 /// Binary, service, Lease, field manager and tracer name.
 pub const SERVICE_NAME: &str = "gw-recycler";
-
-/// Which side of a gateway pair this instance may serve.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Role {
-    /// Per recycle, from the local SliceGateway of the pair and its host type.
-    #[default]
-    Auto,
-    /// Only orchestrate: own the state machine, write `spec.state` / `spec.request`.
-    Server,
-    /// Only perform the server's requests and write `status.client.response`.
-    Client,
-}
-
-impl Role {
-    /// The `controller` label of this instance's reconcile metrics.
-    pub fn controller_name(self) -> &'static str {
-        match self {
-            Self::Auto => "gw-recycler",
-            Self::Server => "gw-recycler-server",
-            Self::Client => "gw-recycler-client",
-        }
-    }
-
-    fn allowed(self) -> Allowed {
-        match self {
-            Self::Auto => Allowed::Auto,
-            Self::Server => Allowed::Only(gw_recycler_core::role::Role::Server),
-            Self::Client => Allowed::Only(gw_recycler_core::role::Role::Client),
-        }
-    }
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    capstan_apis::duration::parse_go(text).map_err(|e| e.to_string())
-}
-
-/// Replaces slice gateway deployments make-before-break through a WorkerSliceGwRecycler state
-/// machine on the hub cluster (KubeSlice worker-operator compatible), and reconciles the local
-/// slice gateways' deployments, pod status and router next hops. Run one per worker cluster.
-#[derive(clap::Parser, Debug)]
-#[command(name = "gw-recycler", version, about, long_about = None, args_conflicts_with_subcommands = true)]
-pub struct Args {
-    #[command(subcommand)]
-    pub command: Option<Command>,
-
-    /// Which side of a gateway pair this instance plays.
-    #[arg(long, env = "GW_RECYCLER_ROLE", value_enum, default_value_t = Role::Auto)]
-    pub role: Role,
-
-    /// Kubeconfig of the hub cluster holding the WorkerSliceGwRecyclers.
-    #[arg(long, env = "HUB_KUBECONFIG")]
-    pub hub_kubeconfig: Option<PathBuf>,
-
-    /// Project namespace on the hub.
-    #[arg(long, env = "HUB_NAMESPACE")]
-    pub hub_namespace: Option<String>,
-
-    /// Namespace of the SliceGateways, gateway Deployments and router on this worker.
-    #[arg(long, env = "GW_NAMESPACE", default_value = DEFAULT_NAMESPACE)]
-    pub namespace: String,
-
-    /// A waiting recycle step older than this fails into error_state (Go duration).
-    #[arg(long, env = "STEP_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
-    pub step_timeout: Duration,
-
-    /// Pause between moving the routes and removing the old gateway (Go duration).
-    #[arg(long, env = "DRAIN_DELAY", default_value = "5s", value_parser = parse_duration)]
-    pub drain_delay: Duration,
-
-    /// How long a finished recycle is kept before it is deleted (Go duration).
-    #[arg(long, env = "RETENTION", default_value = "1h", value_parser = parse_duration)]
-    pub retention: Duration,
-
-    /// Gateway instances per SliceGateway.
-    #[arg(long, env = "GATEWAY_INSTANCES", default_value_t = 2)]
-    pub gateway_instances: u32,
-
-    /// Image of the gateway pods (runs `gw-sidecar`). Default: Capstan's image at this version.
-    #[arg(long, env = "GATEWAY_IMAGE")]
-    pub gateway_image: Option<String>,
-
-    /// Extra `gw-sidecar` argument for the gateway pods (repeatable).
-    #[arg(long = "gateway-arg", env = "GATEWAY_ARGS", value_delimiter = ' ')]
-    pub gateway_args: Vec<String>,
-
-    /// gRPC port of the router and gateway sidecars.
-    #[arg(long, env = "SIDECAR_PORT", default_value_t = 5000)]
-    pub sidecar_port: u16,
-
-    /// Timeout of one sidecar call (Go duration).
-    #[arg(long, env = "SIDECAR_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
-    pub sidecar_timeout: Duration,
-
-    #[command(flatten)]
-    pub common: CommonArgs,
-}
-
-#[derive(clap::Subcommand, Debug)]
-pub enum Command {
-    /// Create a WorkerSliceGwRecycler on the hub (and optionally follow it).
-    Trigger(trigger::TriggerArgs),
-}
-
-/// What the controllers of this binary are handed.
-#[derive(Clone)]
-pub struct Context {
-    pub metrics: ControllerMetrics,
-    /// Gate every write on `leader.is_leader()`.
-    pub leader: LeaderHandle,
-    /// Stop starting reconciles once `shutdown.token()` is cancelled.
-    pub shutdown: Shutdown,
-    pub world: World,
-    pub wake: Arc<Notify>,
-    pub recycler: Arc<Recycler>,
-    pub gateways: Arc<GatewayReconciler>,
-    pub readiness: capstan_runtime::admin::Readiness,
-}
 
 /// A client from a kubeconfig path (the same rules as `--kubeconfig`).
 pub async fn client_for(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
@@ -164,53 +63,41 @@ pub async fn client_for(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
         kubeconfig: Some(kubeconfig.to_path_buf()),
         ..CommonArgs::default()
     };
-    Ok(args.kube_client().await?)
+    Ok(args.kube_client_for(SERVICE_NAME).await?)
 }
 
-/// Runs the binary and maps the outcome to the process exit code (0 after a clean drain).
+/// Runs the binary (or its `trigger` subcommand) and maps the outcome to the process exit code
+/// (0 after a clean drain).
 pub async fn main_with(args: Args) -> ExitCode {
-    let result = match args.command {
-        Some(Command::Trigger(trigger)) => trigger::run(trigger).await.map_err(anyhow::Error::from),
-        None => run(args).await,
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("gw-recycler: {error:#}");
-            ExitCode::FAILURE
-        }
+    use capstan_runtime::controller::main_with;
+    match args.command {
+        Some(Command::Trigger(trigger)) => main_with(SERVICE_NAME, trigger::run(trigger)).await,
+        None => main_with(SERVICE_NAME, run(args)).await,
     }
 }
 
 /// Start-up, run until SIGTERM/SIGINT (or a lost lease), then drain in order.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let telemetry = telemetry::init(SERVICE_NAME, &args.common)?;
+    let mut binary = Binary::start(SERVICE_NAME, &args.common)?;
     let hub_kubeconfig = args
         .hub_kubeconfig
         .clone()
-        .ok_or_else(|| anyhow::anyhow!("--hub-kubeconfig is required"))?;
+        .context("--hub-kubeconfig is required")?;
     let hub_namespace = args
         .hub_namespace
         .clone()
         .filter(|n| !n.is_empty())
-        .ok_or_else(|| anyhow::anyhow!("--hub-namespace is required"))?;
-    let shutdown = Shutdown::on_signals()?;
-    let worker = args.common.kube_client().await?;
-    let hub = client_for(&hub_kubeconfig).await?;
-    let mut registry = Registry::default();
-    let metrics = ControllerMetrics::register(&mut registry, args.role.controller_name());
-    let recycler_metrics = metrics::RecyclerMetrics::register(&mut registry);
-    let service = Service::start(
-        SERVICE_NAME,
-        &args.common,
-        registry,
-        Some(worker.clone()),
-        shutdown.clone(),
-    )
-    .await?;
+        .context("--hub-namespace is required")?;
+    let worker = binary
+        .kube_client()
+        .await
+        .context("worker kubernetes client")?;
+    let hub = client_for(&hub_kubeconfig)
+        .await
+        .context("hub kubernetes client")?;
+    let metrics = ControllerMetrics::register(binary.registry(), args.role.controller_name());
+    let recycler_metrics = metrics::RecyclerMetrics::register(binary.registry());
     let sidecars = Sidecars::new(args.sidecar_port, args.sidecar_timeout);
-    let wake = Arc::new(Notify::new());
-    let world = World::watch(&hub, &hub_namespace, &worker, &args.namespace, wake.clone());
     let reporter = Reporter {
         controller: SERVICE_NAME.to_owned(),
         instance: Some(args.common.leader.holder_identity()),
@@ -227,12 +114,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             retention: args.retention,
         },
         sidecars: sidecars.clone(),
-        recorder: Recorder::new(hub, reporter),
+        recorder: Recorder::new(hub.clone(), reporter),
         metrics: recycler_metrics,
         manager: SERVICE_NAME.to_owned(),
     };
     let gateways = GatewayReconciler::new(
-        worker,
+        worker.clone(),
         args.namespace.clone(),
         args.gateway_instances,
         GatewayTemplate {
@@ -245,110 +132,295 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         sidecars,
         SERVICE_NAME.to_owned(),
     );
-    let context = Context {
-        metrics,
-        leader: service.leader().clone(),
-        shutdown: shutdown.clone(),
-        world,
-        wake,
-        recycler: Arc::new(recycler),
-        gateways: Arc::new(gateways),
-        readiness: service.readiness().clone(),
-    };
-    tracing::info!(role = ?args.role, "gw-recycler starting");
-    service.run(run_controllers(context)).await?;
-    telemetry.shutdown().await;
+    tracing::info!(role = ?args.role, rebalance = args.rebalance, "gw-recycler starting");
+    let shutdown = binary.shutdown().clone();
+    binary
+        .serve(Some(worker.clone()), |service| {
+            let wiring = Wiring {
+                hub,
+                worker,
+                namespace: args.namespace.clone(),
+                recycler,
+                gateways,
+                rebalance: args.rebalance,
+                metrics,
+                leader: service.leader().clone(),
+                shutdown,
+            };
+            let readiness = service.readiness().clone();
+            run_controllers(wiring, move || readiness.set_ready(true))
+        })
+        .await?;
     Ok(())
 }
 
-/// Shortest and longest pause before re-probing a gRPC condition no watch event announces.
-const PROBE_BACKOFF_MIN: Duration = Duration::from_millis(50);
-const PROBE_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Everything [`run_controllers`] needs.
+pub struct Wiring {
+    pub hub: kube::Client,
+    pub worker: kube::Client,
+    /// Namespace of the SliceGateways, gateway Deployments and router on the worker.
+    pub namespace: String,
+    pub recycler: Recycler,
+    pub gateways: GatewayReconciler,
+    /// Trigger recycles of gateways crowded on one node (`--rebalance`).
+    pub rebalance: bool,
+    pub metrics: ControllerMetrics,
+    pub leader: LeaderHandle,
+    pub shutdown: Shutdown,
+}
 
-/// The reconcile loop for the process lifetime: a pass over every SliceGateway and recycler on
-/// each watch event, and again after a short bounded backoff while a pass waits on a sidecar
-/// condition (or at the time a time-based wait ends). Returns once shutdown is requested.
-pub async fn run_controllers(context: Context) {
-    tokio::select! {
-        ready = context.world.ready() => {
-            if let Err(error) = ready {
-                tracing::error!(%error, "caches did not sync");
-                return;
-            }
-        }
-        () = context.shutdown.cancelled() => return,
+/// What both controllers' reconciles are handed.
+pub struct Context {
+    pub world: World,
+    pub recycler: Recycler,
+    pub gateways: GatewayReconciler,
+    pub rebalance: bool,
+    /// Spans, metrics and error retries of every reconcile (kind = SliceGateway or
+    /// WorkerSliceGwRecycler).
+    pub reconciler: Reconciler,
+    /// Per object: the next pause before re-probing a gRPC condition no watch event announces.
+    pub probes: PerObjectBackoff<String>,
+    pub leader: LeaderHandle,
+    pub caches_ready: Arc<AtomicBool>,
+}
+
+/// Re-probing a gRPC condition: 50 ms doubling to 1 s, reset by progress.
+pub const PROBE_BACKOFF: BackoffConfig = BackoffConfig {
+    base: Duration::from_millis(50),
+    max: Duration::from_secs(1),
+    factor: 2,
+    jitter: false,
+};
+
+/// Retries of failed reconciles: a conflict soon (the watch brings the newer object), anything
+/// else (API or sidecar errors) backing off per object from 100 ms to 2 s, since a recycle is
+/// waiting on it.
+pub const RETRY: RetryPolicy = RetryPolicy {
+    conflict: Duration::from_millis(50),
+    backoff: BackoffConfig {
+        base: Duration::from_millis(100),
+        max: Duration::from_secs(2),
+        factor: 2,
+        jitter: false,
+    },
+};
+
+impl Context {
+    /// `Some(park)` while this replica must not write: caches not yet synced, or not the leader
+    /// (the kit reconciles everything again when either turns true).
+    fn hold_writes(&self) -> Option<Action> {
+        let writable = self.caches_ready.load(Ordering::Acquire) && self.leader.is_leader();
+        (!writable).then(Action::await_change)
     }
-    context.readiness.set_ready(true);
-    tracing::info!("gw-recycler ready");
-    let mut backoff = PROBE_BACKOFF_MIN;
-    let mut next: Option<Duration> = None;
-    loop {
-        let sleep = tokio::time::sleep(next.unwrap_or(Duration::from_secs(3600)));
-        tokio::select! {
-            () = context.wake.notified() => {}
-            () = sleep, if next.is_some() => {}
-            () = context.shutdown.cancelled() => return,
+
+    /// When to look at `target` again: after the next probe delay while it waits on a gRPC
+    /// condition, at `recheck_after` for a time-based wait (whichever is first), else on the next
+    /// watch event. Progress (or no probing) starts the probe delay over.
+    fn next_check(
+        &self,
+        target: Target<'_>,
+        probe_again: bool,
+        recheck_after: Option<Duration>,
+        progressed: bool,
+    ) -> Action {
+        let key = format!(
+            "{}/{}/{}",
+            target.kind,
+            target.namespace.unwrap_or_default(),
+            target.name
+        );
+        if progressed || !probe_again {
+            self.probes.reset(&key);
         }
-        if !context.leader.is_leader() {
-            // Nothing announces gaining the lease: look again shortly.
-            next = Some(PROBE_BACKOFF_MAX);
-            continue;
+        let probe = probe_again.then(|| self.probes.next_delay(&key));
+        match probe.into_iter().chain(recheck_after).min() {
+            Some(after) => Action::requeue(after),
+            None => Action::await_change(),
         }
-        let (probe_again, progressed, recheck_after) = pass(&context).await;
-        if progressed {
-            backoff = PROBE_BACKOFF_MIN;
-        }
-        next = match (probe_again, recheck_after) {
-            (true, later) => {
-                let probe = backoff;
-                backoff = (backoff * 2).min(PROBE_BACKOFF_MAX);
-                Some(later.map_or(probe, |l| l.min(probe)))
-            }
-            (false, later) => {
-                backoff = PROBE_BACKOFF_MIN;
-                later
-            }
-        };
     }
 }
 
-/// One pass: gateways first (they create what recycles wait for), then every recycler.
-async fn pass(context: &Context) -> (bool, bool, Option<Duration>) {
-    let mut probe_again = false;
-    let mut progressed = false;
-    let mut recheck: Option<Duration> = None;
-    for gateway in context.world.gateways.state() {
-        let mut measure = context.metrics.measure("SliceGateway");
-        match context.gateways.reconcile(&context.world, &gateway).await {
-            Ok(pending) => probe_again |= pending.0,
-            Err(error) => {
-                tracing::warn!(%error, "slice gateway reconcile failed");
-                measure.set_failure(&error);
-                probe_again = true;
+async fn reconcile_gateway(
+    gateway: Arc<SliceGateway>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let target = Target::of("SliceGateway", &*gateway);
+    ctx.reconciler
+        .reconcile(target, async {
+            if let Some(hold) = ctx.hold_writes() {
+                return Ok(hold);
+            }
+            let Pending(unready) = ctx.gateways.reconcile(&ctx.world, &gateway).await?;
+            if ctx.rebalance {
+                rebalance::reconcile(&ctx.world, &ctx.recycler, &gateway).await?;
+            }
+            Ok(ctx.next_check(target, unready, None, false))
+        })
+        .await
+}
+
+async fn reconcile_recycler(
+    cr: Arc<WorkerSliceGwRecycler>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let target = Target::of("WorkerSliceGwRecycler", &*cr);
+    ctx.reconciler
+        .reconcile(target, async {
+            if let Some(hold) = ctx.hold_writes() {
+                return Ok(hold);
+            }
+            let outcome = ctx
+                .recycler
+                .reconcile(&ctx.world, &cr, Timestamp::now())
+                .await?;
+            Ok(ctx.next_check(
+                target,
+                outcome.probe_again,
+                outcome.recheck_after,
+                outcome.progressed,
+            ))
+        })
+        .await
+}
+
+fn error_policy<K: Resource<DynamicType = ()>>(
+    object: Arc<K>,
+    error: &ReconcileError,
+    ctx: Arc<Context>,
+) -> Action {
+    ctx.reconciler.requeue_object_after_error(&*object, error)
+}
+
+/// The two controllers for the process lifetime: SliceGateways on the worker (their gateway
+/// Deployments and Pods, the slice router pod and, with rebalancing, Nodes map to them), and
+/// WorkerSliceGwRecyclers on the hub (worker SliceGateways, Deployments and Pods map to the
+/// recycles naming their gateway, through a trigger channel: the hub and the worker are different
+/// clients, so these are reflector streams of their own). They stop taking work on shutdown and
+/// return once in-flight reconciles are done; `on_ready` runs once every cache has synced.
+pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static) {
+    let ns = w.namespace.clone();
+    let hub_ns = w.recycler.hub_namespace.clone();
+    let (recyclers, recycler_stream) = reflect(
+        Api::namespaced(w.hub.clone(), &hub_ns),
+        watcher::Config::default(),
+    );
+    let (gateways, gateway_stream) = reflect(
+        Api::<SliceGateway>::namespaced(w.worker.clone(), &ns),
+        watcher::Config::default(),
+    );
+    let (deployments, deployment_stream) = reflect(
+        Api::<Deployment>::namespaced(w.worker.clone(), &ns),
+        gateway_deployments(),
+    );
+    let (pods, pod_stream) = reflect(
+        Api::<Pod>::namespaced(w.worker.clone(), &ns),
+        watcher::Config::default(),
+    );
+    let gateway_nodes =
+        watcher::Config::default().labels(&format!("{LABEL_NODE_TYPE}={NODE_TYPE_GATEWAY}"));
+    let (nodes, node_stream) = reflect(Api::<Node>::all(w.worker.clone()), gateway_nodes);
+    let world = World {
+        recyclers: recyclers.clone(),
+        gateways: gateways.clone(),
+        deployments,
+        pods,
+        nodes: w.rebalance.then_some(nodes),
+    };
+    let caches_ready = Arc::new(AtomicBool::new(false));
+    let (synced_tx, synced_rx) = tokio::sync::watch::channel(false);
+    let ctx = Arc::new(Context {
+        world: world.clone(),
+        recycler: w.recycler,
+        gateways: w.gateways,
+        rebalance: w.rebalance,
+        reconciler: Reconciler::new(w.metrics, RETRY),
+        probes: PerObjectBackoff::new(PROBE_BACKOFF),
+        leader: w.leader.clone(),
+        caches_ready: caches_ready.clone(),
+    });
+
+    // Worker changes -> the recycles naming the gateway they concern.
+    let (recycler_tx, recycler_rx) = unbounded_channel::<ObjectRef<WorkerSliceGwRecycler>>();
+    let to_recyclers = {
+        let world = world.clone();
+        move |gateways: Vec<String>| {
+            for cr in world.recyclers_of(&gateways) {
+                let _ = recycler_tx.send(cr);
             }
         }
+    };
+    let (gw_changed, dep_changed, pod_changed) =
+        (to_recyclers.clone(), to_recyclers.clone(), to_recyclers);
+    let gateway_stream = gateway_stream.inspect_ok(move |g: &SliceGateway| {
+        gw_changed(g.metadata.name.clone().into_iter().collect());
+    });
+    let deployment_stream = deployment_stream.inspect_ok(move |d: &Deployment| {
+        dep_changed(
+            label(d, LABEL_SLICEGW)
+                .map(str::to_owned)
+                .into_iter()
+                .collect(),
+        );
+    });
+    let pods_world = world.clone();
+    let pod_stream =
+        pod_stream.inspect_ok(move |p: &Pod| pod_changed(pods_world.gateways_of_pod(p)));
+
+    let gates = Gates {
+        leader: w.leader.clone(),
+        caches_synced: synced_rx,
+        shutdown: w.shutdown.clone(),
+    };
+    let gateway_ref = {
+        let ns = ns.clone();
+        move |name: &str| ObjectRef::<SliceGateway>::new(name).within(&ns)
+    };
+    let dep_ref = gateway_ref.clone();
+    let pod_ref = gateway_ref.clone();
+    let pod_world = world.clone();
+    let mut gateway_controller = gates
+        .apply(Controller::for_stream(gateway_stream, gateways.clone()))
+        .watches_stream(deployment_stream, move |d: Deployment| {
+            label(&d, LABEL_SLICEGW).map(&dep_ref)
+        })
+        .watches_stream(pod_stream, move |p: Pod| {
+            pod_world
+                .gateways_of_pod(&p)
+                .into_iter()
+                .map(|g| pod_ref(&g))
+                .collect::<Vec<_>>()
+        });
+    if w.rebalance {
+        // A gateway node added, removed or relabelled changes every gateway's share.
+        let all = gateways.clone();
+        gateway_controller = gateway_controller.watches_stream(node_stream, move |_: Node| {
+            all.state()
+                .iter()
+                .map(|g| ObjectRef::from_obj(g.as_ref()))
+                .collect::<Vec<_>>()
+        });
     }
-    for cr in context.world.recyclers.state() {
-        let mut measure = context.metrics.measure("WorkerSliceGwRecycler");
-        match context
-            .recycler
-            .reconcile(&context.world, &cr, Timestamp::now())
-            .await
-        {
-            Ok(outcome) => {
-                probe_again |= outcome.probe_again;
-                progressed |= outcome.progressed;
-                if let Some(after) = outcome.recheck_after {
-                    recheck = Some(recheck.map_or(after, |r| r.min(after)));
-                }
+    let gateway_controller = gateway_controller.run(reconcile_gateway, error_policy, ctx.clone());
+    let recycler_controller = gates
+        .apply(Controller::for_stream(recycler_stream, recyclers))
+        .reconcile_on(UnboundedReceiverStream::new(recycler_rx))
+        .run(reconcile_recycler, error_policy, ctx.clone());
+
+    let sync = async move {
+        match world.ready().await {
+            Ok(()) => {
+                caches_ready.store(true, Ordering::Release);
+                let _ = synced_tx.send(true);
+                tracing::info!("gw-recycler ready");
+                on_ready();
             }
-            Err(error) => {
-                // A conflict means our cache was stale: the watch brings the fresh object.
-                tracing::info!(%error, "recycler reconcile failed (retrying)");
-                measure.set_failure(&error);
-                probe_again = true;
-            }
+            Err(error) => tracing::error!(%error, "caches did not sync"),
         }
+        futures::future::pending::<()>().await;
+    };
+    tokio::select! {
+        _ = futures::future::join(drive(gateway_controller), drive(recycler_controller)) => {}
+        () = sync => {}
+        () = gates.shutdown_before_sync() => tracing::info!("shutdown before the caches synced"),
     }
-    (probe_again, progressed, recheck)
 }

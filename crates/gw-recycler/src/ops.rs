@@ -49,7 +49,11 @@ impl LocalSide<'_> {
                         json!({"metadata": {"labels": {LABEL_MARKED_FOR_DELETION: "true"}}});
                     deployments
                         .patch(old, &self.params(), &Patch::Merge(&patch))
-                        .await?;
+                        .await
+                        .map_err(|source| ReconcileError::MarkForDeletion {
+                            deployment: old.clone(),
+                            source,
+                        })?;
                 }
                 Ok(())
             }
@@ -66,7 +70,11 @@ impl LocalSide<'_> {
         edit: impl FnOnce(&mut Vec<String>),
     ) -> Result<(), ReconcileError> {
         let api: Api<SliceGateway> = Api::namespaced(self.client.clone(), self.namespace);
-        let gateway = api.get(self.gateway).await?;
+        let failed = |source| ReconcileError::EditIntermediate {
+            gateway: self.gateway.to_owned(),
+            source,
+        };
+        let gateway = api.get(self.gateway).await.map_err(failed)?;
         let before = gateway.intermediate_deployments().to_vec();
         let mut list = before.clone();
         edit(&mut list);
@@ -78,7 +86,8 @@ impl LocalSide<'_> {
             "status": {"config": {"sliceGatewayIntermediateDeployments": list}}
         });
         api.patch_status(self.gateway, &self.params(), &Patch::Merge(&patch))
-            .await?;
+            .await
+            .map_err(failed)?;
         Ok(())
     }
 
@@ -92,7 +101,8 @@ impl LocalSide<'_> {
             let name = pod.metadata.name.clone().unwrap_or_default();
             let patch = json!({"metadata": {"labels": {LABEL_EXCLUDE_GW_ROUTE: "true"}}});
             pods.patch(&name, &self.params(), &Patch::Merge(&patch))
-                .await?;
+                .await
+                .map_err(|source| ReconcileError::ExcludeGatewayPod { pod: name, source })?;
         }
         let Some(nsm_ip) = nsm_ip else {
             return Ok(());
@@ -104,7 +114,12 @@ impl LocalSide<'_> {
         let (router, subnet) = self.router_and_subnet(&gateway)?;
         self.sidecars
             .withdraw_route(&router, &subnet, nsm_ip)
-            .await?;
+            .await
+            .map_err(|source| ReconcileError::WithdrawRoute {
+                router,
+                nsm_ip: nsm_ip.to_owned(),
+                source,
+            })?;
         Ok(())
     }
 

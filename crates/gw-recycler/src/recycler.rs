@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use capstan_apis::worker::WorkerSliceGwRecycler;
+use capstan_runtime::kube_errors::is_not_found;
 use gw_recycler_core::decide::{
     ClientAction, ClientFacts, DeploymentFacts, PodFacts, RouteProbe, ServerAction, ServerFacts,
     SideFacts, Timing, decide_client, decide_server,
@@ -30,6 +31,29 @@ use crate::world::{World, is_excluded, is_marked_for_deletion};
 /// Annotation (RFC 3339) recording when the server wrote the current state: the step timeout,
 /// drain delay and retention count from it, across restarts.
 pub const ANNOTATION_STATE_SINCE: &str = "capstan.io/state-since";
+
+/// Annotation holding why the server put the recycle in `error_state` (the step and the missing
+/// condition), written with the state so the status condition can always follow.
+pub const ANNOTATION_FAILURE: &str = "capstan.io/failure";
+
+/// Status condition type of a failed recycle.
+pub const CONDITION_FAILED: &str = "Failed";
+
+/// Why `cr` is in error_state, while its `Failed` condition is not written yet.
+pub fn unrecorded_failure(cr: &WorkerSliceGwRecycler) -> Option<&str> {
+    if cr.state() != State::Error {
+        return None;
+    }
+    let recorded = cr
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == CONDITION_FAILED));
+    if recorded {
+        return None;
+    }
+    cr.annotations().get(ANNOTATION_FAILURE).map(String::as_str)
+}
 
 /// Warning Event reason when a recycle enters `error_state`.
 pub const EVENT_FSM_ERROR: &str = "FSMErrorState";
@@ -199,6 +223,16 @@ impl Recycler {
         side: SideFacts,
         now: Timestamp,
     ) -> Result<Outcome, ReconcileError> {
+        let api: Api<WorkerSliceGwRecycler> =
+            Api::namespaced(self.hub.clone(), &self.hub_namespace);
+        if let Some(message) = unrecorded_failure(cr) {
+            self.record_failure(&api, cr, message.to_owned(), now)
+                .await?;
+            return Ok(Outcome {
+                progressed: true,
+                ..Outcome::default()
+            });
+        }
         let facts = ServerFacts {
             state: cr.state(),
             response: cr.response().cloned(),
@@ -207,8 +241,6 @@ impl Recycler {
         };
         let action = decide_server(&facts, &self.timing, now);
         tracing::debug!(?action, "server decision");
-        let api: Api<WorkerSliceGwRecycler> =
-            Api::namespaced(self.hub.clone(), &self.hub_namespace);
         let name = cr.name_any();
         match action {
             ServerAction::Nothing => Ok(Outcome::default()),
@@ -226,7 +258,7 @@ impl Recycler {
                 reason,
                 ..
             } => {
-                self.write_state(&api, cr, &to, Some(request.as_str()), now)
+                self.write_state(&api, cr, &to, Some(request.as_str()), now, None)
                     .await?;
                 self.metrics.transition(&facts.state, &to);
                 if to == State::End {
@@ -261,23 +293,14 @@ impl Recycler {
                     self.timing.step_timeout.as_secs(),
                     missing.describe()
                 );
-                self.write_state(&api, cr, &State::Error, None, now).await?;
-                let condition = Condition {
-                    type_: "Failed".into(),
-                    status: "True".into(),
-                    reason: "StepTimeout".into(),
-                    message: message.clone(),
-                    last_transition_time: Time(now),
-                    observed_generation: cr.metadata.generation,
-                };
-                let patch = json!({"status": {"conditions": [condition]}});
-                api.patch_status(&name, &write_params(&self.manager), &Patch::Merge(&patch))
+                // The reason travels with the state write, so a crash before the condition is
+                // written loses nothing: the next pass in error_state writes it from here.
+                self.write_state(&api, cr, &State::Error, None, now, Some(&message))
                     .await?;
                 self.metrics.transition(&facts.state, &State::Error);
                 self.metrics.finished(cr, "error", now);
                 tracing::warn!(%message, "recycle failed");
-                self.announce(cr, EventType::Warning, EVENT_FSM_ERROR, message)
-                    .await;
+                self.record_failure(&api, cr, message, now).await?;
                 Ok(Outcome {
                     progressed: true,
                     ..Outcome::default()
@@ -286,8 +309,13 @@ impl Recycler {
             ServerAction::DeleteFinished => {
                 match api.delete(&name, &DeleteParams::default()).await {
                     Ok(_) => tracing::info!("finished recycle deleted after its retention"),
-                    Err(e) if crate::error::is_not_found(&e) => {}
-                    Err(e) => return Err(e.into()),
+                    Err(e) if is_not_found(&e) => {}
+                    Err(source) => {
+                        return Err(ReconcileError::DeleteFinished {
+                            recycler: name,
+                            source,
+                        });
+                    }
                 }
                 Ok(Outcome::default())
             }
@@ -302,15 +330,20 @@ impl Recycler {
         to: &State,
         request: Option<&str>,
         now: Timestamp,
+        failure: Option<&str>,
     ) -> Result<(), ReconcileError> {
         let mut spec = json!({"state": to.as_str()});
         if let Some(request) = request {
             spec["request"] = json!(request);
         }
+        let mut annotations = json!({ANNOTATION_STATE_SINCE: now.to_string()});
+        if let Some(failure) = failure {
+            annotations[ANNOTATION_FAILURE] = json!(failure);
+        }
         let patch = json!({
             "metadata": {
                 "resourceVersion": cr.metadata.resource_version,
-                "annotations": {ANNOTATION_STATE_SINCE: now.to_string()}
+                "annotations": annotations
             },
             "spec": spec
         });
@@ -319,8 +352,42 @@ impl Recycler {
             &write_params(&self.manager),
             &Patch::Merge(&patch),
         )
-        .await?;
+        .await
+        .map_err(|source| ReconcileError::WriteState {
+            recycler: cr.name_any(),
+            source,
+        })?;
         tracing::info!(from = %cr.state(), %to, "state written");
+        Ok(())
+    }
+
+    /// The `Failed` status condition (reason `StepTimeout`, the message naming the step and the
+    /// missing condition) and the Warning Event of a recycle in error_state.
+    async fn record_failure(
+        &self,
+        api: &Api<WorkerSliceGwRecycler>,
+        cr: &WorkerSliceGwRecycler,
+        message: String,
+        now: Timestamp,
+    ) -> Result<(), ReconcileError> {
+        let name = cr.name_any();
+        let condition = Condition {
+            type_: CONDITION_FAILED.into(),
+            status: "True".into(),
+            reason: "StepTimeout".into(),
+            message: message.clone(),
+            last_transition_time: Time(now),
+            observed_generation: cr.metadata.generation,
+        };
+        let patch = json!({"status": {"conditions": [condition]}});
+        api.patch_status(&name, &write_params(&self.manager), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| ReconcileError::WriteCondition {
+                recycler: name.clone(),
+                source,
+            })?;
+        self.announce(cr, EventType::Warning, EVENT_FSM_ERROR, message)
+            .await;
         Ok(())
     }
 
@@ -369,7 +436,11 @@ impl Recycler {
                     &write_params(&self.manager),
                     &Patch::Merge(&patch),
                 )
-                .await?;
+                .await
+                .map_err(|source| ReconcileError::WriteResponse {
+                    recycler: cr.name_any(),
+                    source,
+                })?;
                 tracing::info!(%response, "client response written");
                 Ok(Outcome {
                     progressed: true,
@@ -397,5 +468,60 @@ impl Recycler {
         if let Err(error) = self.recorder.publish(&event, &reference).await {
             tracing::warn!(%error, reason, "event not published");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recycler(
+        state: &str,
+        annotation: Option<&str>,
+        failed_condition: bool,
+    ) -> WorkerSliceGwRecycler {
+        let mut cr: WorkerSliceGwRecycler = serde_json::from_value(json!({
+            "apiVersion": "worker.kubeslice.io/v1alpha1", "kind": "WorkerSliceGwRecycler",
+            "metadata": {"name": "red-a-b-0-0", "namespace": "kubeslice-red"},
+            "spec": {"state": state}
+        }))
+        .expect("recycler");
+        if let Some(message) = annotation {
+            cr.annotations_mut()
+                .insert(ANNOTATION_FAILURE.into(), message.into());
+        }
+        if failed_condition {
+            cr.status = serde_json::from_value(json!({"conditions": [{
+                "type": "Failed", "status": "True", "reason": "StepTimeout", "message": "m",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"
+            }]}))
+            .expect("status");
+        }
+        cr
+    }
+
+    const WHY: &str = "step new_deployment_created_state timed out after 2s waiting for: the client responds new_deployment_created";
+
+    #[test]
+    fn an_error_state_without_its_condition_is_recorded_from_the_annotation() {
+        let cr = recycler("error_state", Some(WHY), false);
+        assert_eq!(unrecorded_failure(&cr), Some(WHY));
+    }
+
+    #[test]
+    fn a_recorded_failure_or_another_state_needs_nothing() {
+        assert_eq!(
+            unrecorded_failure(&recycler("error_state", Some(WHY), true)),
+            None
+        );
+        assert_eq!(
+            unrecorded_failure(&recycler("new_deployment_created_state", Some(WHY), false)),
+            None
+        );
+        // A CR put in error_state by someone else: no reason known, nothing invented.
+        assert_eq!(
+            unrecorded_failure(&recycler("error_state", None, false)),
+            None
+        );
     }
 }

@@ -87,25 +87,46 @@ pub fn recycler_for(args: &TriggerArgs) -> WorkerSliceGwRecycler {
         .client_deployment
         .clone()
         .unwrap_or_else(|| deployment_name(&args.client_gateway, args.instance, 0));
-    let mut cr = WorkerSliceGwRecycler::new(
+    new_recycler(
+        &args.hub_namespace,
+        &args.slice,
+        &args.server_gateway,
+        &args.client_gateway,
         &server,
+        &client,
+    )
+}
+
+/// A recycle of the pair (`server`, `client`) of deployments, named after the server deployment
+/// and labelled with the slice and the server SliceGateway, as the reference does; it starts in
+/// `init` with request `none`.
+pub fn new_recycler(
+    hub_namespace: &str,
+    slice: &str,
+    server_gateway: &str,
+    client_gateway: &str,
+    server: &str,
+    client: &str,
+) -> WorkerSliceGwRecycler {
+    let mut cr = WorkerSliceGwRecycler::new(
+        server,
         WorkerSliceGwRecyclerSpec {
-            slice_gw_server: Some(args.server_gateway.clone()),
-            slice_gw_client: Some(args.client_gateway.clone()),
+            slice_gw_server: Some(server_gateway.to_owned()),
+            slice_gw_client: Some(client_gateway.to_owned()),
             gw_pair: Some(GwPair {
-                server_id: Some(server.clone()),
-                client_id: Some(client),
+                server_id: Some(server.to_owned()),
+                client_id: Some(client.to_owned()),
             }),
             state: Some(State::Init),
             request: Some(capstan_apis::worker::Request::None),
-            slice_name: Some(args.slice.clone()),
+            slice_name: Some(slice.to_owned()),
         },
     );
-    cr.metadata.namespace = Some(args.hub_namespace.clone());
+    cr.metadata.namespace = Some(hub_namespace.to_owned());
     cr.metadata.labels = Some(
         [
-            (LABEL_SLICE_NAME.to_owned(), args.slice.clone()),
-            (LABEL_SLICEGW_NAME.to_owned(), args.server_gateway.clone()),
+            (LABEL_SLICE_NAME.to_owned(), slice.to_owned()),
+            (LABEL_SLICEGW_NAME.to_owned(), server_gateway.to_owned()),
         ]
         .into(),
     );

@@ -1,6 +1,6 @@
 //! What the recycler and the gateway reconciler observe: watch-fed caches of the hub's
 //! WorkerSliceGwRecyclers and the worker's SliceGateways, gateway Deployments and Pods, plus
-//! lookups over them. Every watch event wakes the reconcile loop through one `Notify`.
+//! lookups over them, including which objects a change of another concerns.
 
 use std::sync::Arc;
 
@@ -10,87 +10,75 @@ use capstan_apis::networking::{
     slice_router_impl_label,
 };
 use capstan_apis::worker::WorkerSliceGwRecycler;
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Resource;
-use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use serde::de::DeserializeOwned;
-use tokio::sync::Notify;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher;
 
-/// The caches, cheap to clone.
+/// The caches, cheap to clone. The controllers' watches fill them (see `run_controllers`).
 #[derive(Clone)]
 pub struct World {
     pub recyclers: Store<WorkerSliceGwRecycler>,
     pub gateways: Store<SliceGateway>,
     pub deployments: Store<Deployment>,
     pub pods: Store<Pod>,
+    /// The worker's Nodes, watched only with `--rebalance`.
+    pub nodes: Option<Store<Node>>,
 }
 
-fn watch<K>(api: Api<K>, config: watcher::Config, wake: Arc<Notify>) -> Store<K>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            if let Err(error) = event {
-                tracing::warn!(%error, "watch error (retrying)");
-            }
-            wake.notify_one();
-        }
-    });
-    reader
+/// The watch of the gateway Deployments: only those labelled as gateway pods' deployments.
+pub fn gateway_deployments() -> watcher::Config {
+    watcher::Config::default().labels(&format!("{LABEL_POD_TYPE}={POD_TYPE_SLICEGATEWAY}"))
 }
 
 impl World {
-    /// Starts the watches: recyclers in `hub_namespace` on the hub, the rest in `namespace` on
-    /// the worker.
-    pub fn watch(
-        hub: &kube::Client,
-        hub_namespace: &str,
-        worker: &kube::Client,
-        namespace: &str,
-        wake: Arc<Notify>,
-    ) -> Self {
-        let gateway_deployments =
-            watcher::Config::default().labels(&format!("{LABEL_POD_TYPE}={POD_TYPE_SLICEGATEWAY}"));
-        Self {
-            recyclers: watch(
-                Api::namespaced(hub.clone(), hub_namespace),
-                watcher::Config::default(),
-                wake.clone(),
-            ),
-            gateways: watch(
-                Api::namespaced(worker.clone(), namespace),
-                watcher::Config::default(),
-                wake.clone(),
-            ),
-            deployments: watch(
-                Api::namespaced(worker.clone(), namespace),
-                gateway_deployments,
-                wake.clone(),
-            ),
-            pods: watch(
-                Api::namespaced(worker.clone(), namespace),
-                watcher::Config::default(),
-                wake,
-            ),
-        }
-    }
-
-    /// Waits until every cache holds its first list.
-    pub async fn ready(&self) -> anyhow::Result<()> {
+    /// Waits until every cache the recycles need holds its first list. Not the Nodes: until they
+    /// are listed (or when the ServiceAccount may not list them) rebalancing sees no usable
+    /// node and does nothing, while everything else works.
+    pub async fn ready(&self) -> Result<(), reflector::store::WriterDropped> {
         self.recyclers.wait_until_ready().await?;
         self.gateways.wait_until_ready().await?;
         self.deployments.wait_until_ready().await?;
         self.pods.wait_until_ready().await?;
         Ok(())
+    }
+
+    /// The SliceGateways a pod concerns: a gateway pod its own, a slice router every gateway of
+    /// its slice (their next hops go to it).
+    pub fn gateways_of_pod(&self, pod: &Pod) -> Vec<String> {
+        if let Some(gateway) = label(pod, LABEL_SLICE_GW) {
+            return vec![gateway.to_owned()];
+        }
+        let Some(router_of) = label(pod, LABEL_NSM_IMPL) else {
+            return Vec::new();
+        };
+        self.gateways
+            .state()
+            .iter()
+            .filter(|g| slice_of(g).is_some_and(|s| slice_router_impl_label(&s) == router_of))
+            .filter_map(|g| g.metadata.name.clone())
+            .collect()
+    }
+
+    /// The recycles naming one of `gateways` as their server or client SliceGateway.
+    pub fn recyclers_of(&self, gateways: &[String]) -> Vec<ObjectRef<WorkerSliceGwRecycler>> {
+        let names = |g: &Option<String>| g.as_ref().is_some_and(|g| gateways.contains(g));
+        self.recyclers
+            .state()
+            .iter()
+            .filter(|cr| names(&cr.spec.slice_gw_server) || names(&cr.spec.slice_gw_client))
+            .map(|cr| ObjectRef::from_obj(cr.as_ref()))
+            .collect()
+    }
+
+    /// The unfinished recycle of SliceGateway `gateway`, if any.
+    pub fn recycle_in_progress(&self, gateway: &str) -> Option<Arc<WorkerSliceGwRecycler>> {
+        let named = |g: &Option<String>| g.as_deref() == Some(gateway);
+        self.recyclers.state().into_iter().find(|cr| {
+            !cr.state().is_terminal()
+                && (named(&cr.spec.slice_gw_server) || named(&cr.spec.slice_gw_client))
+        })
     }
 
     pub fn gateway(&self, name: &str) -> Option<Arc<SliceGateway>> {

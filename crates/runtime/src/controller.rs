@@ -275,6 +275,17 @@ impl Reconciler {
         delay
     }
 
+    /// [`requeue_after_error`](Self::requeue_after_error) for a cached object of a static kind
+    /// (the kind named by its type): the body of most controllers' `error_policy`.
+    pub fn requeue_object_after_error<K, E>(&self, object: &K, error: &E) -> Action
+    where
+        K: Resource<DynamicType = ()>,
+        E: ReconcileFailure,
+    {
+        let kind = K::kind(&());
+        self.requeue_after_error(Target::of(&kind, object), error)
+    }
+
     /// The standard `error_policy` of a kube-runtime `Controller`: see [`retry_after`](Self::retry_after).
     pub fn requeue_after_error<E: ReconcileFailure>(
         &self,
@@ -313,6 +324,19 @@ impl Gates {
     }
 }
 
+impl Gates {
+    /// Resolves when shutdown is requested before the caches synced, never otherwise.
+    /// kube-runtime's controllers wait for their cache before finishing, so such a shutdown would
+    /// hang them; nothing can be in flight then (reconciles hold their writes until the caches
+    /// are ready), so the binary stops at once: `select!` this against the controllers.
+    pub async fn shutdown_before_sync(&self) {
+        self.shutdown.cancelled().await;
+        if *self.caches_synced.borrow() {
+            futures::future::pending::<()>().await;
+        }
+    }
+}
+
 /// Yields once each time the watched flag (leadership, caches synced) turns true.
 pub fn turned_true(rx: watch::Receiver<bool>) -> impl Stream<Item = ()> + Send + Sync {
     futures::stream::unfold(rx, |mut rx| async move {
@@ -323,6 +347,33 @@ pub fn turned_true(rx: watch::Receiver<bool>) -> impl Stream<Item = ()> + Send +
             }
         }
     })
+}
+
+/// A reflector over `api` with `config`: the store, and the stream of touched objects (applied or
+/// deleted) to hand to `Controller::for_stream` / `watches_stream`. Watch errors back off.
+pub fn reflect<K>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+) -> (
+    kube::runtime::reflector::Store<K>,
+    impl Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + use<K>,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    let (store, writer) = reflector::store();
+    let events = watcher(api, config).default_backoff();
+    (
+        store,
+        reflector::reflector(writer, events).touched_objects(),
+    )
 }
 
 /// Drives a controller's output stream to its end (results are already logged and measured by
@@ -425,6 +476,27 @@ mod tests {
         assert!(
             text.contains(r#"capstan_controller_reconcile_failures_total{controller="test-controller",kind="Machine",error="invalid"} 1"#),
             "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_shutdown_stops_at_once_only_before_the_caches_synced() {
+        let shutdown = Shutdown::new();
+        let (synced_tx, synced_rx) = watch::channel(false);
+        let gates = Gates {
+            leader: LeaderHandle::always_leader(shutdown.clone()),
+            caches_synced: synced_rx,
+            shutdown: shutdown.clone(),
+        };
+        shutdown.trigger();
+        gates.shutdown_before_sync().await;
+
+        synced_tx.send(true).expect("receiver alive");
+        let after_sync =
+            tokio::time::timeout(Duration::from_millis(50), gates.shutdown_before_sync());
+        assert!(
+            after_sync.await.is_err(),
+            "after the sync the controllers drain themselves"
         );
     }
 

@@ -1,0 +1,118 @@
+//! The flags of `gw-recycler` (each with an environment variable); durations are Go durations
+//! (`300ms`, `5m`, `1h`), as in KubeSlice.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use capstan_apis::networking::DEFAULT_NAMESPACE;
+use capstan_runtime::cli::CommonArgs;
+
+use crate::recycler::Allowed;
+use crate::trigger;
+
+/// Which side of a gateway pair this instance may serve.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Role {
+    /// Per recycle, from the local SliceGateway of the pair and its host type.
+    #[default]
+    Auto,
+    /// Only orchestrate: own the state machine, write `spec.state` / `spec.request`.
+    Server,
+    /// Only perform the server's requests and write `status.client.response`.
+    Client,
+}
+
+impl Role {
+    /// The `controller` label of this instance's reconcile metrics.
+    pub fn controller_name(self) -> &'static str {
+        match self {
+            Self::Auto => "gw-recycler",
+            Self::Server => "gw-recycler-server",
+            Self::Client => "gw-recycler-client",
+        }
+    }
+
+    pub(crate) fn allowed(self) -> Allowed {
+        match self {
+            Self::Auto => Allowed::Auto,
+            Self::Server => Allowed::Only(gw_recycler_core::role::Role::Server),
+            Self::Client => Allowed::Only(gw_recycler_core::role::Role::Client),
+        }
+    }
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    capstan_apis::duration::parse_go(text).map_err(|e| e.to_string())
+}
+
+/// Replaces slice gateway deployments make-before-break through a WorkerSliceGwRecycler state
+/// machine on the hub cluster (KubeSlice worker-operator compatible), and reconciles the local
+/// slice gateways' deployments, pod status and router next hops. Run one per worker cluster.
+#[derive(clap::Parser, Debug)]
+#[command(name = "gw-recycler", version, about, long_about = None, args_conflicts_with_subcommands = true)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// Which side of a gateway pair this instance plays.
+    #[arg(long, env = "GW_RECYCLER_ROLE", value_enum, default_value_t = Role::Auto)]
+    pub role: Role,
+
+    /// Kubeconfig of the hub cluster holding the WorkerSliceGwRecyclers.
+    #[arg(long, env = "HUB_KUBECONFIG")]
+    pub hub_kubeconfig: Option<PathBuf>,
+
+    /// Project namespace on the hub.
+    #[arg(long, env = "HUB_NAMESPACE")]
+    pub hub_namespace: Option<String>,
+
+    /// Namespace of the SliceGateways, gateway Deployments and router on this worker.
+    #[arg(long, env = "GW_NAMESPACE", default_value = DEFAULT_NAMESPACE)]
+    pub namespace: String,
+
+    /// A waiting recycle step older than this fails into error_state (Go duration).
+    #[arg(long, env = "STEP_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+    pub step_timeout: Duration,
+
+    /// Pause between moving the routes and removing the old gateway (Go duration).
+    #[arg(long, env = "DRAIN_DELAY", default_value = "5s", value_parser = parse_duration)]
+    pub drain_delay: Duration,
+
+    /// How long a finished recycle is kept before it is deleted (Go duration).
+    #[arg(long, env = "RETENTION", default_value = "1h", value_parser = parse_duration)]
+    pub retention: Duration,
+
+    /// Gateway instances per SliceGateway.
+    #[arg(long, env = "GATEWAY_INSTANCES", default_value_t = 2)]
+    pub gateway_instances: u32,
+
+    /// Image of the gateway pods (runs `gw-sidecar`). Default: Capstan's image at this version.
+    #[arg(long, env = "GATEWAY_IMAGE")]
+    pub gateway_image: Option<String>,
+
+    /// Extra `gw-sidecar` argument for the gateway pods (repeatable).
+    #[arg(long = "gateway-arg", env = "GATEWAY_ARGS", value_delimiter = ' ')]
+    pub gateway_args: Vec<String>,
+
+    /// gRPC port of the router and gateway sidecars.
+    #[arg(long, env = "SIDECAR_PORT", default_value_t = 5000)]
+    pub sidecar_port: u16,
+
+    /// Timeout of one sidecar call (Go duration).
+    #[arg(long, env = "SIDECAR_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    pub sidecar_timeout: Duration,
+
+    /// Recycle a gateway whose node holds more gateway pods than its share
+    /// (ceil(pods/nodes)) while more than one node is labelled `kubeslice.io/node-type=gateway`.
+    #[arg(long, env = "REBALANCE")]
+    pub rebalance: bool,
+
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum Command {
+    /// Create a WorkerSliceGwRecycler on the hub (and optionally follow it).
+    Trigger(trigger::TriggerArgs),
+}

@@ -1,0 +1,110 @@
+//! The edge of rebalancing (`--rebalance`, server side only): observe where the SliceGateway's
+//! gateway pods run and how many gateway nodes are usable, let `gw-recycler-core` pick the
+//! crowded deployment, and create its recycle on the hub with the trigger's names and labels. A
+//! finished recycle holding the name makes way (the reference's rebalancing deletes finished CRs
+//! too; Capstan otherwise deletes them after `--retention`).
+
+use capstan_apis::networking::{HostType, LABEL_SLICE_GW_DEP, SliceGateway};
+use capstan_apis::worker::WorkerSliceGwRecycler;
+use capstan_runtime::kube_errors::{is_conflict, is_not_found};
+use gw_recycler_core::rebalance::{
+    PodPlacement, RebalanceFacts, peer_deployment, pick_deployment_to_rebalance,
+};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, PostParams};
+
+use crate::error::ReconcileError;
+use crate::recycler::Recycler;
+use crate::trigger::new_recycler;
+use crate::world::{World, label, slice_of};
+
+/// The facts rebalancing decides on for `gateway`.
+pub fn observe(world: &World, gateway: &str) -> RebalanceFacts {
+    let gateway_nodes = world.nodes.as_ref().map_or(0, |nodes| {
+        nodes
+            .state()
+            .iter()
+            .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true))
+            .count()
+    });
+    let pods = world
+        .gateway_pods(gateway)
+        .iter()
+        .filter_map(|pod| {
+            Some(PodPlacement {
+                deployment: label(pod.as_ref(), LABEL_SLICE_GW_DEP)?.to_owned(),
+                node: pod.spec.as_ref()?.node_name.clone().unwrap_or_default(),
+            })
+        })
+        .collect();
+    RebalanceFacts {
+        pods,
+        gateway_nodes,
+        recycle_in_progress: world.recycle_in_progress(gateway).is_some(),
+    }
+}
+
+/// Starts a recycle of `gateway`'s crowded deployment, if any (server-side gateways only: the
+/// server owns the recycle).
+pub async fn reconcile(
+    world: &World,
+    recycler: &Recycler,
+    gateway: &SliceGateway,
+) -> Result<(), ReconcileError> {
+    if gateway.host_type() != Some(&HostType::Server) {
+        return Ok(());
+    }
+    let name = gateway.name_any();
+    let Some(deployment) = pick_deployment_to_rebalance(&observe(world, &name)) else {
+        return Ok(());
+    };
+    let field = |field| ReconcileError::GatewayField {
+        gateway: name.clone(),
+        field,
+    };
+    let slice = slice_of(gateway).ok_or_else(|| field("slice name"))?;
+    let remote = gateway
+        .config()
+        .and_then(|c| c.slice_gateway_remote_gateway_id.clone())
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| field("status.config.sliceGatewayRemoteGatewayId"))?;
+    let Some(client) = peer_deployment(&name, &remote, &deployment) else {
+        return Ok(());
+    };
+    let cr = new_recycler(
+        &recycler.hub_namespace,
+        &slice,
+        &name,
+        &remote,
+        &deployment,
+        &client,
+    );
+    let api: Api<WorkerSliceGwRecycler> =
+        Api::namespaced(recycler.hub.clone(), &recycler.hub_namespace);
+    let failed = |source| ReconcileError::TriggerRebalance {
+        deployment: deployment.clone(),
+        source,
+    };
+    // A finished recycle of the same deployment holds the name: it makes way.
+    let finished = world
+        .recyclers
+        .state()
+        .into_iter()
+        .any(|c| c.name_any() == deployment && c.state().is_terminal());
+    if finished {
+        match api.delete(&deployment, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(source) => return Err(failed(source)),
+        }
+    }
+    match api.create(&PostParams::default(), &cr).await {
+        Ok(_) => {
+            tracing::info!(%deployment, %client, "rebalancing: recycle created");
+            Ok(())
+        }
+        // Someone else started it first (or the deletion is still pending): the next pass sees it.
+        Err(e) if is_conflict(&e) => Err(failed(e)),
+        Err(source) => Err(failed(source)),
+    }
+}

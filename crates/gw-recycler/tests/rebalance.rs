@@ -1,0 +1,110 @@
+//! `--rebalance` against kube-sim: the server worker's two gateway pods run on one node; a second
+//! node labelled `kubeslice.io/node-type=gateway` appears, so that node holds more than its share
+//! (ceil(2/2) = 1) and the real binary starts exactly one recycle, with the trigger's names and
+//! labels, and no second one while it runs.
+
+use capstan_apis::networking::SliceGateway;
+use capstan_apis::worker::WorkerSliceGwRecycler;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+mod common;
+use common::{CLIENT_GW, Cluster, HUB_NS, NS, SERVER_GW, SERVER_REMOTE_SUBNET, Worker, eventually};
+
+const WAIT: u64 = 60;
+
+async fn recyclers(hub: &Cluster) -> Vec<WorkerSliceGwRecycler> {
+    let api: Api<WorkerSliceGwRecycler> = Api::namespaced(hub.client.clone(), HUB_NS);
+    api.list(&ListParams::default())
+        .await
+        .expect("recyclers")
+        .items
+}
+
+/// The nodes of the Running gateway pods of the server SliceGateway.
+async fn gateway_pod_nodes(worker: &Worker) -> Vec<String> {
+    let pods: Api<Pod> = Api::namespaced(worker.cluster.client.clone(), NS);
+    let list = pods
+        .list(&ListParams::default().labels(&format!("kubeslice.io/slice-gw={SERVER_GW}")))
+        .await
+        .expect("pods");
+    list.items
+        .iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_holding_more_than_its_share_of_gateway_pods_gets_one_recycle() {
+    let hub = Cluster::start("127.120.0.0/16", HUB_NS).await;
+    let server = Worker::start("127.121.0.0/16", SERVER_GW, "Server", SERVER_REMOTE_SUBNET).await;
+    let gateways: Api<SliceGateway> = Api::namespaced(server.cluster.client.clone(), NS);
+    let remote = json!({"status": {"config": {"sliceGatewayRemoteGatewayId": CLIENT_GW}}});
+    gateways
+        .patch_status(SERVER_GW, &PatchParams::default(), &Patch::Merge(&remote))
+        .await
+        .expect("remote gateway id");
+    let _recycler = server.spawn_recycler(&hub, &["--rebalance"]).await;
+
+    // Both gateway pods land on kube-sim's only node; label it a gateway node: one usable node,
+    // no rebalancing.
+    let crowded = eventually(WAIT, "two gateway pods on one node", || async {
+        let nodes = gateway_pod_nodes(&server).await;
+        (nodes.len() == 2 && nodes[0] == nodes[1]).then(|| nodes[0].clone())
+    })
+    .await;
+    let nodes: Api<Node> = Api::all(server.cluster.client.clone());
+    let gateway_label = json!({"metadata": {"labels": {"kubeslice.io/node-type": "gateway"}}});
+    nodes
+        .patch(
+            &crowded,
+            &PatchParams::default(),
+            &Patch::Merge(&gateway_label),
+        )
+        .await
+        .expect("node labelled");
+
+    // A second gateway node: the first now holds 2 > ceil(2/2).
+    let second: Node = serde_json::from_value(json!({
+        "metadata": {"name": "gateway-2", "labels": {"kubeslice.io/node-type": "gateway"}}
+    }))
+    .expect("node");
+    nodes
+        .create(&PostParams::default(), &second)
+        .await
+        .expect("second gateway node");
+
+    let cr = eventually(WAIT, "a rebalancing recycle on the hub", || async {
+        recyclers(&hub).await.into_iter().next()
+    })
+    .await;
+    assert_eq!(cr.metadata.name.as_deref(), Some("red-a-b-0-0"));
+    assert_eq!(cr.spec.slice_gw_server.as_deref(), Some("red-a-b"));
+    assert_eq!(cr.spec.slice_gw_client.as_deref(), Some("red-b-a"));
+    let pair = cr.spec.gw_pair.clone().expect("gwPair");
+    assert_eq!(pair.server_id.as_deref(), Some("red-a-b-0-0"));
+    assert_eq!(pair.client_id.as_deref(), Some("red-b-a-0-0"));
+    let labels = cr.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get("slice_name").map(String::as_str), Some("red"));
+    assert_eq!(
+        labels.get("slicegw_name").map(String::as_str),
+        Some("red-a-b")
+    );
+
+    // The recycle runs (the server asks for the new deployment and the gateway reconciler
+    // creates it: more events on the gateway) and no second recycle starts meanwhile.
+    let deployments: Api<Deployment> = Api::namespaced(server.cluster.client.clone(), NS);
+    eventually(WAIT, "the recycle's new gateway deployment", || async {
+        deployments.get_opt("red-a-b-0-1").await.ok().flatten()
+    })
+    .await;
+    let all = recyclers(&hub).await;
+    assert_eq!(
+        all.len(),
+        1,
+        "at most one recycle per SliceGateway: {all:?}"
+    );
+}
