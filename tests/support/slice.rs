@@ -4,8 +4,9 @@
 //! recycler creates running the real `gw-sidecar`, each on its own loopback pod IP; and the real
 //! `gw-recycler` binary per worker. Routers and gateways are asked over gRPC, as the recycler does.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use capstan_apis::networking::SliceGateway;
@@ -24,6 +25,7 @@ use kube_sim::workloads::WorkloadOptions;
 use kube_sim::{Config, KubeSim};
 use serde_json::json;
 use tempfile::NamedTempFile;
+use tonic::transport::{Channel, Endpoint};
 
 use crate::tools::{binary, eventually};
 
@@ -324,15 +326,29 @@ impl Worker {
     }
 }
 
+/// A channel to the sidecar on `ip`:5000, connected lazily and kept per address (reconnects by
+/// itself when the sidecar restarts), so sampling a router costs one round trip.
+fn sidecar_channel(ip: &str) -> Option<Channel> {
+    static CHANNELS: OnceLock<Mutex<HashMap<String, Channel>>> = OnceLock::new();
+    let mut channels = CHANNELS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(channel) = channels.get(ip) {
+        return Some(channel.clone());
+    }
+    let channel = Endpoint::from_shared(format!("http://{ip}:{SIDECAR_PORT}"))
+        .ok()?
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(2))
+        .connect_lazy();
+    channels.insert(ip.to_owned(), channel.clone());
+    Some(channel)
+}
+
 /// `GetRouteInKernel` on the router at `router_ip`; `None` when it does not answer.
 pub async fn route_present(router_ip: &str, subnet: &str, nsm_ip: &str) -> Option<bool> {
-    let endpoint =
-        tonic::transport::Endpoint::from_shared(format!("http://{router_ip}:{SIDECAR_PORT}"))
-            .ok()?
-            .connect_timeout(Duration::from_secs(1))
-            .timeout(Duration::from_secs(2));
-    let channel = endpoint.connect().await.ok()?;
-    let reply = SliceRouterSidecarServiceClient::new(channel)
+    let reply = SliceRouterSidecarServiceClient::new(sidecar_channel(router_ip)?)
         .get_route_in_kernel(VerifyRouteAddRequest {
             nsm_ip: nsm_ip.to_owned(),
             dst_ip: subnet.to_owned(),
@@ -345,13 +361,7 @@ pub async fn route_present(router_ip: &str, subnet: &str, nsm_ip: &str) -> Optio
 /// The NSM IP the gateway sidecar at `pod_ip` reports (`GetStatus`); `None` when it does not
 /// answer or reports none.
 pub async fn gateway_nsm_ip(pod_ip: &str) -> Option<String> {
-    let endpoint =
-        tonic::transport::Endpoint::from_shared(format!("http://{pod_ip}:{SIDECAR_PORT}"))
-            .ok()?
-            .connect_timeout(Duration::from_secs(1))
-            .timeout(Duration::from_secs(2));
-    let channel = endpoint.connect().await.ok()?;
-    let status = GwSidecarServiceClient::new(channel)
+    let status = GwSidecarServiceClient::new(sidecar_channel(pod_ip)?)
         .get_status(())
         .await
         .ok()?
