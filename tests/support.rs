@@ -4,5 +4,7 @@
 // The crate root sits beside the scenarios, so its modules live in support/ (explicit paths).
 #[path = "support/helm.rs"]
 pub mod helm;
+#[path = "support/slice.rs"]
+pub mod slice;
 #[path = "support/tools.rs"]
 pub mod tools;

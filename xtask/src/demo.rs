@@ -91,6 +91,8 @@ async fn run_async(args: &Args) -> Result<()> {
     let _ = std::fs::remove_file(&kubeconfig);
 
     let kubeconfig_arg = kubeconfig.to_string_lossy().into_owned();
+    // Worker A of the slice part: the pods of Capstan's image run the built sidecars.
+    let [exec_flag, exec_image] = crate::demo_slice::exec_images_args(&bin_dir);
     let mut sim = spawn(
         &bin_dir,
         &dir,
@@ -104,6 +106,8 @@ async fn run_async(args: &Args) -> Result<()> {
             "--simulate-workloads",
             "--pod-cidr",
             crate::demo_slice::WORKER_A_POD_CIDR,
+            &exec_flag,
+            &exec_image,
         ],
     )?;
     let result = async {

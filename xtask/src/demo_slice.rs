@@ -1,8 +1,9 @@
 //! The KubeSlice part of `cargo xtask demo`: a hub and two worker clusters (the demo's main
-//! kube-sim is worker A), a SliceGateway pair, one gw-recycler per worker, and a stand-in kubelet
-//! that runs each pod's Capstan sidecar binary on the pod's IP, so a gateway pair recycles live.
+//! kube-sim is worker A), a SliceGateway pair and one gw-recycler per worker. Both workers run
+//! the pods of Capstan's image for real (`kube-sim --exec-images`): the slice router pod runs
+//! `router-sidecar` and each gateway pod `gw-sidecar` on its own pod IP, so a gateway pair
+//! recycles live.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use capstan_apis::networking::{LABEL_POD_TYPE, POD_TYPE_SLICEGATEWAY, SliceGatew
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
 use crate::demo::{Process, spawn_as, wait_for_admin, wait_for_kubeconfig};
 
@@ -25,28 +26,30 @@ pub const CLIENT_GW: &str = "red-b-a";
 pub const WORKER_A_POD_CIDR: &str = "127.61.0.0/16";
 const WORKER_B_POD_CIDR: &str = "127.62.0.0/16";
 const TIMEOUT: Duration = Duration::from_secs(120);
+/// Capstan's image (the gateway template's default, tag ignored): its containers run the built
+/// binaries.
+const IMAGE: &str = "ghcr.io/capstan/capstan";
 
-/// One worker cluster of the slice: its kubeconfig, client and stand-in kubelet.
+/// `kube-sim serve` arguments that run the containers of Capstan's image from `bin_dir`.
+pub fn exec_images_args(bin_dir: &Path) -> [String; 2] {
+    [
+        "--exec-images".into(),
+        format!("{IMAGE}={}", bin_dir.display()),
+    ]
+}
+
+/// One worker cluster of the slice: its kubeconfig and client.
 struct Worker {
     name: &'static str,
     kubeconfig: PathBuf,
     client: kube::Client,
-    kubelet: tokio::task::JoinHandle<()>,
 }
 
-/// The processes of the slice part (stopped by the caller, with the rest) and its kubelets.
+/// The processes of the slice part (stopped by the caller, with the rest).
 pub struct Slice {
     pub processes: Vec<Process>,
     pub hub_kubeconfig: PathBuf,
     workers: Vec<Worker>,
-}
-
-impl Drop for Slice {
-    fn drop(&mut self) {
-        for worker in &self.workers {
-            worker.kubelet.abort();
-        }
-    }
 }
 
 /// Starts the hub and worker B, seeds both workers and runs one gw-recycler per worker.
@@ -65,7 +68,14 @@ pub async fn start(
     let hub = start_sim(bin_dir, dir, "hub", &hub_kubeconfig, &[], &mut slice).await?;
     namespace(&hub, HUB_NS).await?;
     let b_kubeconfig = dir.join("worker-b.kubeconfig");
-    let b_args = ["--simulate-workloads", "--pod-cidr", WORKER_B_POD_CIDR];
+    let [exec_flag, exec_image] = exec_images_args(bin_dir);
+    let b_args = [
+        "--simulate-workloads",
+        "--pod-cidr",
+        WORKER_B_POD_CIDR,
+        &exec_flag,
+        &exec_image,
+    ];
     let worker_b = start_sim(bin_dir, dir, "worker-b", &b_kubeconfig, &b_args, &mut slice).await?;
     let sides = [
         (
@@ -88,17 +98,10 @@ pub async fn start(
     for (name, kubeconfig, client, gateway, host_type, remote) in sides {
         namespace(&client, GW_NS).await?;
         seed_worker(&client, gateway, host_type, remote).await?;
-        let kubelet = tokio::spawn(kubelet(
-            client.clone(),
-            bin_dir.to_path_buf(),
-            dir.join(format!("pods-{name}")),
-            kubeconfig.clone(),
-        ));
         slice.workers.push(Worker {
             name,
             kubeconfig,
             client,
-            kubelet,
         });
     }
     let hub_arg = slice.hub_kubeconfig.to_string_lossy().into_owned();
@@ -244,7 +247,7 @@ async fn seed_worker(
         "metadata": {"name": format!("vl3-slice-router-{SLICE}"), "namespace": GW_NS,
                      "labels": {"networkservicemesh.io/impl": format!("vl3-service-{SLICE}")}},
         "spec": {"containers": [{
-            "name": "kubeslice-router-sidecar", "image": "capstan", "command": ["router-sidecar"],
+            "name": "kubeslice-router-sidecar", "image": IMAGE, "command": ["router-sidecar"],
             "args": ["--backend", "memory", "--listen", "$(POD_IP):5000",
                      "--metrics-addr", "$(POD_IP):8081", "--log-level", "warn"],
             "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
@@ -263,103 +266,18 @@ async fn wait_for_gateway_pods(worker: &Worker) -> Result<()> {
         let running = list
             .items
             .iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some())
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
             .count();
         if running >= 2 {
             return Ok(());
         }
         if tokio::time::Instant::now() > deadline {
             bail!(
-                "{}: {running} gateway pods with an IP, want 2 (see gw-recycler-{}.log)",
+                "{}: {running} gateway pods Running, want 2 (see gw-recycler-{}.log)",
                 worker.name,
                 worker.name
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// Plays kubelet for Capstan's sidecars until kube-sim runs containers itself: every pod with an
-/// IP whose first container's command is a Capstan binary gets that binary, with the container's
-/// args (`$(VAR)` expanded from its env, `status.podIP` and `metadata.name` field refs), as a
-/// process; it is killed when the pod goes. Looks every 200 ms (a demo, not a product).
-async fn kubelet(client: kube::Client, bin_dir: PathBuf, logs: PathBuf, kubeconfig: PathBuf) {
-    let _ = std::fs::create_dir_all(&logs);
-    let pods: Api<Pod> = Api::namespaced(client, GW_NS);
-    let mut running: HashMap<String, Child> = HashMap::new();
-    loop {
-        if let Ok(list) = pods.list(&ListParams::default()).await {
-            let mut live = Vec::new();
-            for pod in &list.items {
-                let uid = pod.metadata.uid.clone().unwrap_or_default();
-                if pod.metadata.deletion_timestamp.is_some() {
-                    continue;
-                }
-                live.push(uid.clone());
-                if running.contains_key(&uid) {
-                    continue;
-                }
-                if let Some(child) = run_pod(pod, &bin_dir, &logs, &kubeconfig) {
-                    running.insert(uid, child);
-                }
-            }
-            running.retain(|uid, child| {
-                let keep = live.contains(uid);
-                if !keep {
-                    let _ = child.start_kill();
-                }
-                keep
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn run_pod(pod: &Pod, bin_dir: &Path, logs: &Path, kubeconfig: &Path) -> Option<Child> {
-    let ip = pod.status.as_ref()?.pod_ip.clone()?;
-    let name = pod.metadata.name.clone().unwrap_or_default();
-    let container = pod.spec.as_ref()?.containers.first()?;
-    let binary = container
-        .command
-        .as_ref()?
-        .first()?
-        .rsplit('/')
-        .next()?
-        .to_string();
-    if !["gw-sidecar", "router-sidecar"].contains(&binary.as_str()) {
-        return None;
-    }
-    let mut env = vec![("HOSTNAME".to_string(), name.clone())];
-    for var in container.env.iter().flatten() {
-        let field = var.value_from.as_ref().and_then(|f| f.field_ref.as_ref());
-        let value = match field.map(|f| f.field_path.as_str()) {
-            Some("status.podIP") => ip.clone(),
-            Some("metadata.name") => name.clone(),
-            Some(_) => continue,
-            None => var.value.clone().unwrap_or_default(),
-        };
-        env.push((var.name.clone(), value));
-    }
-    let args: Vec<String> = container
-        .args
-        .iter()
-        .flatten()
-        .map(|arg| {
-            env.iter()
-                .fold(arg.clone(), |a, (k, v)| a.replace(&format!("$({k})"), v))
-        })
-        .collect();
-    let log = std::fs::File::create(logs.join(format!("{name}.log"))).ok()?;
-    Command::new(bin_dir.join(&binary))
-        .args(&args)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .env_remove("KUBECONFIG")
-        .envs(env)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().ok()?)
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .ok()
 }

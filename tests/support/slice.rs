@@ -1,0 +1,478 @@
+//! A KubeSlice testbed for the gw-recycler scenarios: three kube-sims (hub, server worker, client
+//! worker) with workload simulation and container execution (`--exec-images`), a SliceGateway and
+//! a slice router pod running the real `router-sidecar` on each worker, the gateway pods the
+//! recycler creates running the real `gw-sidecar`, each on its own loopback pod IP; and the real
+//! `gw-recycler` binary per worker. Routers and gateways are asked over gRPC, as the recycler does.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use capstan_apis::networking::SliceGateway;
+use capstan_apis::worker::WorkerSliceGwRecycler;
+use capstan_proto::router::VerifyRouteAddRequest;
+use capstan_proto::router::slice_router_sidecar_service_client::SliceRouterSidecarServiceClient;
+use capstan_proto::sidecar::gw_sidecar_service_client::GwSidecarServiceClient;
+use capstan_testkit::process::BinaryUnderTest;
+use capstan_testkit::process::contract::wait_ready;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube_sim::faults::{ErrorRule, FaultConfig};
+use kube_sim::kubelet::KubeletConfig;
+use kube_sim::workloads::WorkloadOptions;
+use kube_sim::{Config, KubeSim};
+use serde_json::json;
+use tempfile::NamedTempFile;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::tools::{binary, eventually};
+
+pub const HUB_NS: &str = "kubeslice-red";
+pub const NS: &str = "kubeslice-system";
+pub const SLICE: &str = "red";
+pub const SERVER_GW: &str = "red-a-b";
+pub const CLIENT_GW: &str = "red-b-a";
+/// The image the gateway and router pods run (`--gateway-image`; tag ignored by kube-sim).
+pub const IMAGE: &str = "capstan-e2e/capstan:test";
+/// The slice router pod of each worker (the reference's label selects it).
+pub const ROUTER_POD: &str = "vl3-slice-router-red";
+/// Sidecar gRPC port (KubeSlice's).
+pub const SIDECAR_PORT: u16 = 5000;
+/// How long a scenario waits for a condition that should come.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// The directory holding the built `gw-sidecar` and `router-sidecar` (the "image" contents).
+fn sidecar_dir() -> PathBuf {
+    let gw = binary("sidecar-shim", "gw-sidecar");
+    binary("sidecar-shim", "router-sidecar");
+    gw.parent().expect("binary directory").to_path_buf()
+}
+
+/// The built `gw-recycler`.
+pub fn recycler_binary() -> PathBuf {
+    binary("gw-recycler", "gw-recycler")
+}
+
+pub struct Cluster {
+    pub sim: KubeSim,
+    pub client: kube::Client,
+    pub kubeconfig: NamedTempFile,
+}
+
+impl Cluster {
+    /// kube-sim with workload simulation (pod IPs from `pod_cidr`), containers of [`IMAGE`] run
+    /// from `exec_dir`, every Capstan CRD, and `namespace`.
+    pub async fn start(pod_cidr: &str, namespace: &str, exec_dir: &Path) -> Self {
+        let sim = KubeSim::start(Config {
+            simulate_workloads: true,
+            workloads: WorkloadOptions {
+                pod_cidr: pod_cidr.into(),
+                ..WorkloadOptions::default()
+            },
+            kubelet: KubeletConfig {
+                exec_images: vec![(
+                    kube_sim::kubelet::image_name(IMAGE).to_owned(),
+                    exec_dir.to_path_buf(),
+                )],
+                restart_backoff: Duration::from_millis(200),
+                max_restart_backoff: Duration::from_secs(1),
+                ..KubeletConfig::default()
+            },
+            ..Config::default()
+        })
+        .await
+        .expect("kube-sim starts");
+        let client = sim.client().expect("client");
+        capstan_testkit::install_capstan_crds(&client)
+            .await
+            .expect("Capstan's CRDs installed and Established");
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let ns = serde_json::from_value(json!({"metadata": {"name": namespace}})).expect("ns");
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("namespace created");
+        let kubeconfig = NamedTempFile::new().expect("temp file");
+        sim.write_kubeconfig(kubeconfig.path())
+            .expect("kubeconfig written");
+        Self {
+            sim,
+            client,
+            kubeconfig,
+        }
+    }
+
+    pub fn kubeconfig_path(&self) -> &str {
+        self.kubeconfig.path().to_str().expect("utf-8 temp path")
+    }
+
+    /// Successful Deployment creations this server has answered.
+    pub fn deployments_created(&self) -> u64 {
+        self.sim
+            .requests()
+            .count_where(|k| k.verb == "create" && k.resource == "deployments" && k.code == 201)
+    }
+}
+
+/// A worker cluster with one SliceGateway of `host_type` and the slice router pod.
+pub struct Worker {
+    pub cluster: Cluster,
+    pub gateway: &'static str,
+    pub remote_subnet: &'static str,
+}
+
+impl Worker {
+    pub async fn start(
+        pod_cidr: &str,
+        exec_dir: &Path,
+        gateway: &'static str,
+        host_type: &str,
+        remote_subnet: &'static str,
+    ) -> Self {
+        let cluster = Cluster::start(pod_cidr, NS, exec_dir).await;
+        let gateways: Api<SliceGateway> = Api::namespaced(cluster.client.clone(), NS);
+        let gw = serde_json::from_value(json!({
+            "apiVersion": "networking.kubeslice.io/v1beta1", "kind": "SliceGateway",
+            "metadata": {"name": gateway, "namespace": NS},
+            "spec": {"sliceName": SLICE}
+        }))
+        .expect("slicegateway");
+        gateways
+            .create(&PostParams::default(), &gw)
+            .await
+            .expect("SliceGateway created");
+        let status = json!({"status": {"config": {
+            "sliceName": SLICE, "sliceGatewayName": gateway, "sliceGatewayHostType": host_type,
+            "sliceGatewayRemoteSubnet": remote_subnet
+        }}});
+        gateways
+            .patch_status(gateway, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .expect("SliceGateway status");
+        let worker = Self {
+            cluster,
+            gateway,
+            remote_subnet,
+        };
+        worker.create_router().await;
+        worker
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.cluster.client.clone(), NS)
+    }
+
+    /// The slice router pod: `router-sidecar` (memory backend) on its pod IP:5000.
+    pub async fn create_router(&self) {
+        let router = serde_json::from_value(json!({
+            "metadata": {"name": ROUTER_POD, "namespace": NS,
+                         "labels": {"networkservicemesh.io/impl": "vl3-service-red"}},
+            "spec": {"terminationGracePeriodSeconds": 2, "containers": [{
+                "name": "kubeslice-router-sidecar", "image": IMAGE,
+                "command": ["router-sidecar"],
+                "args": ["--backend", "memory", "--listen", "$(POD_IP):5000",
+                         "--metrics-addr", "$(POD_IP):8081", "--log-level", "info"],
+                "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+            }]}
+        }))
+        .expect("router pod");
+        self.pods()
+            .create(&PostParams::default(), &router)
+            .await
+            .expect("router pod created");
+    }
+
+    /// Deletes the router pod (kube-sim stops its process) and waits until it is gone.
+    pub async fn delete_router(&self) {
+        self.pods()
+            .delete(ROUTER_POD, &DeleteParams::default())
+            .await
+            .expect("router pod deleted");
+        eventually("the router pod gone", WAIT, String::new, || async {
+            self.pods()
+                .get_opt(ROUTER_POD)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
+
+    /// The router pod's IP while it runs.
+    pub async fn router_ip(&self) -> Option<String> {
+        let pod = self.pods().get_opt(ROUTER_POD).await.ok()??;
+        if pod.metadata.deletion_timestamp.is_some() {
+            return None;
+        }
+        let status = pod.status?;
+        (status.phase.as_deref() == Some("Running")).then_some(status.pod_ip?)
+    }
+
+    /// Asks the router sidecar (`GetRouteInKernel`) whether it routes the remote subnet via
+    /// `nsm_ip`; `None` when the router does not answer.
+    pub async fn routes_via(&self, nsm_ip: &str) -> Option<bool> {
+        let router = self.router_ip().await?;
+        route_present(&router, self.remote_subnet, nsm_ip).await
+    }
+
+    /// IPs of the live pods of gateway deployment `deployment`.
+    pub async fn pod_ips_of(&self, deployment: &str) -> BTreeSet<String> {
+        let list = self
+            .pods()
+            .list(&ListParams::default().labels(&format!("kubeslice.io/slice-gw-dep={deployment}")))
+            .await
+            .expect("pods");
+        list.items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+            .collect()
+    }
+
+    /// The NSM IPs the gateway sidecars of `deployment` report (`GetStatus`).
+    pub async fn nsm_ips_of(&self, deployment: &str) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for ip in self.pod_ips_of(deployment).await {
+            if let Some(nsm) = gateway_nsm_ip(&ip).await {
+                out.insert(nsm);
+            }
+        }
+        out
+    }
+
+    /// Names of the Deployments not being deleted.
+    pub async fn deployment_names(&self) -> BTreeSet<String> {
+        let api: Api<Deployment> = Api::namespaced(self.cluster.client.clone(), NS);
+        api.list(&ListParams::default())
+            .await
+            .expect("deployments")
+            .items
+            .into_iter()
+            .filter(|d| d.metadata.deletion_timestamp.is_none())
+            .filter_map(|d| d.metadata.name)
+            .collect()
+    }
+
+    pub async fn intermediate(&self) -> Vec<String> {
+        let api: Api<SliceGateway> = Api::namespaced(self.cluster.client.clone(), NS);
+        api.get(self.gateway)
+            .await
+            .expect("gateway")
+            .intermediate_deployments()
+            .to_vec()
+    }
+
+    /// Waits until this worker runs exactly `deployments`, each gateway sidecar reports an NSM
+    /// IP, and the router routes via exactly those NSM IPs among `also_absent` and theirs.
+    pub async fn wait_steady(
+        &self,
+        deployments: &[&str],
+        also_absent: &BTreeSet<String>,
+    ) -> BTreeSet<String> {
+        let what = format!("{} serving via {deployments:?} only", self.gateway);
+        let wanted: BTreeSet<String> = deployments.iter().map(|d| d.to_string()).collect();
+        eventually(&what, WAIT, String::new, || async {
+            if self.deployment_names().await != wanted {
+                return None;
+            }
+            let mut nsm = BTreeSet::new();
+            for d in deployments {
+                let ips = self.nsm_ips_of(d).await;
+                if ips.len() != 1 {
+                    return None;
+                }
+                nsm.extend(ips);
+            }
+            for ip in &nsm {
+                if self.routes_via(ip).await != Some(true) {
+                    return None;
+                }
+            }
+            for ip in also_absent.difference(&nsm) {
+                if self.routes_via(ip).await != Some(false) {
+                    return None;
+                }
+            }
+            Some(nsm)
+        })
+        .await
+    }
+
+    /// Spawns this worker's gw-recycler against `hub` and waits until it is ready.
+    pub async fn spawn_recycler(&self, hub: &Cluster, extra: &[&str]) -> BinaryUnderTest {
+        let mut args = vec![
+            "--kubeconfig",
+            self.cluster.kubeconfig_path(),
+            "--hub-kubeconfig",
+            hub.kubeconfig_path(),
+            "--hub-namespace",
+            HUB_NS,
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--gateway-image",
+            IMAGE,
+            "--log-level",
+            "info,gw_recycler=debug",
+        ];
+        args.extend_from_slice(extra);
+        let bin = BinaryUnderTest::spawn(recycler_binary(), &args)
+            .await
+            .expect("gw-recycler starts");
+        wait_ready(&bin).await;
+        bin
+    }
+}
+
+/// A channel to the sidecar on `ip`:5000, connected lazily and kept per address (reconnects by
+/// itself when the sidecar restarts), so sampling a router costs one round trip.
+fn sidecar_channel(ip: &str) -> Option<Channel> {
+    static CHANNELS: OnceLock<Mutex<HashMap<String, Channel>>> = OnceLock::new();
+    let mut channels = CHANNELS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(channel) = channels.get(ip) {
+        return Some(channel.clone());
+    }
+    let channel = Endpoint::from_shared(format!("http://{ip}:{SIDECAR_PORT}"))
+        .ok()?
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(2))
+        .connect_lazy();
+    channels.insert(ip.to_owned(), channel.clone());
+    Some(channel)
+}
+
+/// `GetRouteInKernel` on the router at `router_ip`; `None` when it does not answer.
+pub async fn route_present(router_ip: &str, subnet: &str, nsm_ip: &str) -> Option<bool> {
+    let reply = SliceRouterSidecarServiceClient::new(sidecar_channel(router_ip)?)
+        .get_route_in_kernel(VerifyRouteAddRequest {
+            nsm_ip: nsm_ip.to_owned(),
+            dst_ip: subnet.to_owned(),
+        })
+        .await
+        .ok()?;
+    Some(reply.into_inner().is_route_present)
+}
+
+/// The NSM IP the gateway sidecar at `pod_ip` reports (`GetStatus`); `None` when it does not
+/// answer or reports none.
+pub async fn gateway_nsm_ip(pod_ip: &str) -> Option<String> {
+    let status = GwSidecarServiceClient::new(sidecar_channel(pod_ip)?)
+        .get_status(())
+        .await
+        .ok()?
+        .into_inner();
+    let nsm = status.nsm_intf_status?.nsm_ip;
+    (!nsm.is_empty()).then_some(nsm)
+}
+
+/// Hub, server worker (gateway `red-a-b`, host type Server) and client worker (`red-b-a`).
+pub struct Testbed {
+    pub hub: Cluster,
+    pub server: Worker,
+    pub client: Worker,
+}
+
+impl Testbed {
+    /// `octet`: pod IPs come from 127.<octet>.0.0/16 and the next two, distinct per scenario so
+    /// scenarios running at once never share a pod IP.
+    pub async fn start(octet: u8) -> Self {
+        let dir = sidecar_dir();
+        let cidr = |n: u8| format!("127.{}.0.0/16", octet + n);
+        Self {
+            hub: Cluster::start(&cidr(0), HUB_NS, &dir).await,
+            server: Worker::start(&cidr(1), &dir, SERVER_GW, "Server", "10.2.0.0/16").await,
+            client: Worker::start(&cidr(2), &dir, CLIENT_GW, "Client", "10.1.0.0/16").await,
+        }
+    }
+
+    pub fn recyclers(&self) -> Api<WorkerSliceGwRecycler> {
+        Api::namespaced(self.hub.client.clone(), HUB_NS)
+    }
+
+    /// The recycle of instance 0 (named after the old server deployment).
+    pub async fn recycle(&self) -> Option<WorkerSliceGwRecycler> {
+        self.recyclers().get_opt("red-a-b-0-0").await.ok()?
+    }
+
+    /// Waits until the recycle of instance 0 is in `state`.
+    pub async fn wait_state(&self, state: &str) {
+        let what = format!("the recycle in {state}");
+        eventually(&what, WAIT, String::new, || async {
+            (self.recycle().await?.state().as_str() == state).then_some(())
+        })
+        .await;
+    }
+
+    /// Waits until the client has answered `response` on the recycle of instance 0.
+    pub async fn wait_response(&self, response: &str) {
+        let what = format!("the client response {response}");
+        eventually(&what, WAIT, String::new, || async {
+            let cr = self.recycle().await?;
+            (cr.response().map(|r| r.to_string()).as_deref() == Some(response)).then_some(())
+        })
+        .await;
+    }
+
+    /// Runs `gw-recycler trigger` for the pair with `extra` arguments.
+    pub async fn trigger(&self, extra: &[&str]) -> std::process::Output {
+        let mut args = vec![
+            "trigger",
+            "--hub-kubeconfig",
+            self.hub.kubeconfig_path(),
+            "--hub-namespace",
+            HUB_NS,
+            "--slice",
+            SLICE,
+            "--server-gateway",
+            SERVER_GW,
+            "--client-gateway",
+            CLIENT_GW,
+        ];
+        args.extend_from_slice(extra);
+        let run = tokio::process::Command::new(recycler_binary())
+            .args(&args)
+            .env_remove("KUBECONFIG")
+            .kill_on_drop(true)
+            .output();
+        tokio::time::timeout(WAIT * 2, run)
+            .await
+            .expect("trigger finishes in time")
+            .expect("trigger runs")
+    }
+}
+
+/// Hub writes of one side of the recycler pair fail (500) while this is the hub's fault config:
+/// the server writes the CR itself (`workerslicegwrecyclers`), the client its status.
+pub fn block_writes(resource: &str) -> FaultConfig {
+    FaultConfig {
+        errors: vec![ErrorRule {
+            verbs: vec!["patch".into(), "update".into()],
+            resources: vec![resource.into()],
+            rate: 1.0,
+            code: 500,
+            retry_after_seconds: 1,
+        }],
+        ..FaultConfig::default()
+    }
+}
+
+/// The server's CR writes (spec.state / spec.request).
+pub const SERVER_WRITES: &str = "workerslicegwrecyclers";
+/// The client's CR writes (status.client.response).
+pub const CLIENT_WRITES: &str = "workerslicegwrecyclers/status";
+
+/// Hub writes to `resource` (as in [`block_writes`]) that failed so far.
+pub fn failed_writes(hub: &Cluster, resource: &str) -> u64 {
+    let (res, sub) = resource.split_once('/').unwrap_or((resource, ""));
+    hub.sim.requests().count_where(|k| {
+        (k.verb == "patch" || k.verb == "update")
+            && k.resource == res
+            && k.subresource == sub
+            && k.code == 500
+    })
+}
