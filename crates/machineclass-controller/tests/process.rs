@@ -12,7 +12,7 @@ async fn serves_admin_endpoints_and_exits_zero_on_sigterm() {
     let kubeconfig = env.kubeconfig_path();
     contract::serves_admin_endpoints_and_exits_zero_on_sigterm(
         BIN,
-        &["--kubeconfig", &kubeconfig],
+        &["--kubeconfig", kubeconfig],
         "machineclass-controller",
     )
     .await;
