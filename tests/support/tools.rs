@@ -3,7 +3,6 @@
 //! (CI sets it, so nothing is silently skipped there), else print a clear SKIPPED line.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// The workspace root (this crate lives in `<root>/tests`).
 pub fn workspace_root() -> PathBuf {
@@ -57,28 +56,5 @@ pub fn skip_or_fail(test: &str, tool: &str, why: &str) {
     eprintln!("SKIPPED {test}: {tool} cannot run here ({why}); .ci/run installs it");
 }
 
-/// Polls `probe` every 100 ms until it returns `Some`; panics after `timeout` with `context()`.
-pub async fn eventually<T, F, Fut>(
-    what: &str,
-    timeout: Duration,
-    context: impl Fn() -> String,
-    mut probe: F,
-) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            panic!(
-                "timed out after {timeout:?} waiting for {what}\n{}",
-                context()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+/// The kit's polling with context: `eventually(what, timeout, context, probe)`.
+pub use capstan_testkit::eventually_with as eventually;

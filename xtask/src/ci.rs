@@ -1,7 +1,9 @@
 //! `cargo xtask ci`: the test command of README.md, run by `.ci/run`.
 //!
 //! Gates run cheapest first, so a formatting slip fails in seconds rather than after a build. The
-//! main test run comes last, so that its summary closes the output (what CI reads).
+//! main test run comes last, so that its summary closes the output (what CI reads). The demo smoke
+//! run (`cargo xtask demo --smoke`, the README's first command) is a scenario of that run
+//! (`tests/demo.rs`), so it is not a step of its own: it runs once.
 
 use std::process::Command;
 
@@ -29,9 +31,6 @@ pub fn run() -> Result<()> {
     // nextest runs no doctests, so they have their own step.
     step("doctests", || {
         cargo(&["test", "--workspace", "--locked", "--doc"])
-    })?;
-    step("demo smoke run (the README's first command)", || {
-        crate::demo::run(&crate::demo::Args::smoke())
     })?;
     let ledger = skip_ledger();
     // A ledger left by an earlier run would report skips this run did not make.

@@ -1,7 +1,7 @@
 //! `cargo xtask demo`: the embedded default. Starts kube-sim, installs Capstan's CRDs, seeds a
 //! few objects, runs every Capstan binary against it, recycles a slice gateway pair across a hub
 //! and a second worker (demo_slice.rs) and prints how to look around with kubectl.
-//! Ctrl-C stops everything. `--smoke` (used by `cargo xtask ci`) checks that the seeded objects
+//! Ctrl-C stops everything. `--smoke` (the scenario tests/demo.rs, so CI, runs it) checks that the seeded objects
 //! converge and that every process drains and exits 0 on SIGTERM, then exits.
 
 use std::collections::BTreeMap;
@@ -27,19 +27,9 @@ pub struct Args {
     /// Folder for the kubeconfig and the components' logs (default: target/demo).
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Check that everything comes up and converges, stop it all, and exit (CI's use).
+    /// Check that everything comes up and converges, stop it all, and exit (tests/demo.rs's use).
     #[arg(long)]
     smoke: bool,
-}
-
-impl Args {
-    pub fn smoke() -> Self {
-        Self {
-            addr: "127.0.0.1:0".into(),
-            dir: None,
-            smoke: true,
-        }
-    }
 }
 
 /// The binaries the demo runs against kube-sim, with their own flags.

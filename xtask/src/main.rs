@@ -33,7 +33,7 @@ enum Command {
     Image(image::Args),
     /// Check the Helm chart with Helm's own library: lint, values schema, install/upgrade into kube-sim.
     Chart(chart::Args),
-    /// Run every gate CI runs: fmt, CRD drift, clippy, the test suite, the demo smoke run.
+    /// Run every gate CI runs: fmt, CRD drift, chart lint, clippy, doctests, the test suite (with the demo smoke scenario).
     Ci,
 }
 

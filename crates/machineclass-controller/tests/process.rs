@@ -12,7 +12,7 @@ async fn serves_admin_endpoints_and_exits_zero_on_sigterm() {
     let kubeconfig = env.kubeconfig_path();
     contract::serves_admin_endpoints_and_exits_zero_on_sigterm(
         BIN,
-        &["--kubeconfig", &kubeconfig],
+        &["--kubeconfig", kubeconfig],
         "machineclass-controller",
     )
     .await;
@@ -22,7 +22,7 @@ async fn serves_admin_endpoints_and_exits_zero_on_sigterm() {
 async fn reads_flags_from_the_environment_and_logs_json() {
     let env = common::Env::start().await;
     let kubeconfig = env.kubeconfig_path();
-    let envs = [("KUBECONFIG", kubeconfig.as_str())];
+    let envs = [("KUBECONFIG", kubeconfig)];
     contract::reads_flags_from_the_environment_and_logs_json(
         BIN,
         &[],

@@ -15,14 +15,9 @@ use serde_json::json;
 
 /// The controller with fast retries and a short simulated boot.
 async fn fast_controller(env: &Env) -> BinaryUnderTest {
-    let kubeconfig = env.kubeconfig_path();
-    BinaryUnderTest::spawn(
+    env.spawn(
         BIN,
         &[
-            "--kubeconfig",
-            kubeconfig.as_str(),
-            "--metrics-addr",
-            "127.0.0.1:0",
             "--namespace",
             NS,
             "--conflict-retry",
@@ -40,7 +35,6 @@ async fn fast_controller(env: &Env) -> BinaryUnderTest {
         ],
     )
     .await
-    .expect("controller starts")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,10 +1,10 @@
 //! End to end: kube-sim, Capstan's CRDs and the real `nodeslo-controller` binary, driven and
 //! checked through the kube client as a user would.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use capstan_apis::slo::NodeSlo;
+use capstan_testkit::objects::{config_map, node};
 use capstan_testkit::process::http_get;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::api::events::v1::Event;
@@ -17,24 +17,8 @@ use common::Cluster;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn node(name: &str, labels: &[(&str, &str)]) -> Node {
-    let labels: BTreeMap<String, String> = labels
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).expect("node")
-}
-
 fn slo_config(data: &[(&str, &str)]) -> ConfigMap {
-    let data: BTreeMap<String, String> = data
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    serde_json::from_value(json!({
-        "metadata": {"name": "slo-controller-config", "namespace": "koordinator-system"},
-        "data": data
-    }))
-    .expect("configmap")
+    config_map("koordinator-system", "slo-controller-config", data)
 }
 
 struct Apis {

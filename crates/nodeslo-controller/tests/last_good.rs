@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use capstan_apis::slo::NodeSlo;
 use capstan_testkit::eventually;
+use capstan_testkit::objects::{config_map, node};
 use common::Cluster;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::api::events::v1::Event;
@@ -42,15 +43,20 @@ async fn a_typo_plus_a_restart_keeps_the_last_good_value_of_that_key() {
     let nodes: Api<Node> = Api::all(cluster.client.clone());
     let slos: Api<NodeSlo> = Api::all(cluster.client.clone());
     let configs: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), NS);
-    let node = serde_json::from_value(json!({"metadata": {"name": "n1"}})).expect("node");
-    nodes.create(&pp, &node).await.expect("node created");
+    nodes
+        .create(&pp, &node("n1", &[]))
+        .await
+        .expect("node created");
     let good_system = r#"{"clusterStrategy":{"totalNetworkBandwidth":"10G"}}"#;
     let good_threshold = r#"{"clusterStrategy":{"cpuSuppressThresholdPercent":55}}"#;
-    let cm = serde_json::from_value(json!({
-        "metadata": {"name": "slo-controller-config", "namespace": NS},
-        "data": {"system-config": good_system, "resource-threshold-config": good_threshold}
-    }))
-    .expect("configmap");
+    let cm = config_map(
+        NS,
+        "slo-controller-config",
+        &[
+            ("system-config", good_system),
+            ("resource-threshold-config", good_threshold),
+        ],
+    );
     configs.create(&pp, &cm).await.expect("configmap created");
 
     let mut controller = cluster.spawn_controller(&[]).await;

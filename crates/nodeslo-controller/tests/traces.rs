@@ -5,83 +5,19 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use capstan_testkit::eventually;
+use capstan_testkit::objects::node;
+use capstan_testkit::otlp::{Collector, attributes, collect_spans, hex};
 use common::Cluster;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::PostParams;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use opentelemetry_proto::tonic::trace::v1::Span;
-use tokio::sync::mpsc;
-
-/// An OTLP/gRPC trace collector that hands every exported span to the test.
-struct Collector(mpsc::UnboundedSender<Span>);
-
-#[tonic::async_trait]
-impl TraceService for Collector {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        for resource in request.into_inner().resource_spans {
-            for scope in resource.scope_spans {
-                for span in scope.spans {
-                    let _ = self.0.send(span);
-                }
-            }
-        }
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
-    }
-}
-
-async fn start_collector() -> (String, mpsc::UnboundedReceiver<Span>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("binds");
-    let addr = listener.local_addr().expect("address");
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(Collector(tx)))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
-    (format!("http://{addr}"), rx)
-}
-
-fn attributes(span: &Span) -> BTreeMap<String, String> {
-    span.attributes
-        .iter()
-        .filter_map(|kv| {
-            let value = match kv.value.as_ref()?.value.as_ref()? {
-                Value::StringValue(s) => s.clone(),
-                Value::IntValue(i) => i.to_string(),
-                Value::BoolValue(b) => b.to_string(),
-                Value::DoubleValue(d) => d.to_string(),
-                _ => return None,
-            };
-            Some((kv.key.clone(), value))
-        })
-        .collect()
-}
-
-fn node(name: &str) -> Node {
-    serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("node")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconciles_are_exported_as_spans_with_their_api_requests_as_children() {
-    let (endpoint, mut spans) = start_collector().await;
+    let (endpoint, mut exports) = Collector::start().await.expect("collector binds");
     let cluster = Cluster::start().await;
     let mut controller = cluster
         .spawn_controller(&[
@@ -94,7 +30,7 @@ async fn reconciles_are_exported_as_spans_with_their_api_requests_as_children() 
         .await;
     let nodes: Api<Node> = Api::all(cluster.client.clone());
     nodes
-        .create(&PostParams::default(), &node("traced-node"))
+        .create(&PostParams::default(), &node("traced-node", &[]))
         .await
         .expect("node created");
     eventually(
@@ -113,10 +49,7 @@ async fn reconciles_are_exported_as_spans_with_their_api_requests_as_children() 
         .await
         .expect("exits");
 
-    let mut received = Vec::new();
-    while let Ok(Some(span)) = tokio::time::timeout(Duration::from_secs(2), spans.recv()).await {
-        received.push(span);
-    }
+    let received = collect_spans(&mut exports, Duration::from_secs(2)).await;
     let reconcile = received
         .iter()
         .find(|span| {
@@ -137,11 +70,7 @@ async fn reconciles_are_exported_as_spans_with_their_api_requests_as_children() 
     assert_eq!(attrs["object.kind"], "NodeSLO");
     assert_eq!(attrs["object.namespace"], "");
     assert_eq!(attrs["outcome"], "ok");
-    let trace_id: String = reconcile
-        .trace_id
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let trace_id = hex(&reconcile.trace_id);
     assert_eq!(
         attrs["trace_id"], trace_id,
         "the logged trace id is the span's"

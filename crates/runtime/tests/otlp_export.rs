@@ -4,59 +4,18 @@
 
 use std::time::Duration;
 
-use capstan_runtime::cli::{CommonArgs, LeaderElectionArgs, LogFormat};
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+mod common;
+
+use capstan_runtime::cli::LogFormat;
+use capstan_testkit::otlp::{Collector, hex};
+use common::common_args;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use tokio::sync::mpsc;
-
-struct Collector(mpsc::UnboundedSender<ExportTraceServiceRequest>);
-
-#[tonic::async_trait]
-impl TraceService for Collector {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let _ = self.0.send(request.into_inner());
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_reach_the_otlp_collector() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("binds");
-    let addr = listener.local_addr().expect("address");
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(Collector(tx)))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
+    let (endpoint, mut rx) = Collector::start().await.expect("collector binds");
 
-    let args = CommonArgs {
-        kubeconfig: None,
-        metrics_addr: "127.0.0.1:0".parse().expect("address"),
-        log_format: LogFormat::Json,
-        log_level: "info".into(),
-        otlp_endpoint: Some(format!("http://{addr}")),
-        leader: LeaderElectionArgs {
-            leader_elect: false,
-            lease_name: None,
-            lease_namespace: "default".into(),
-            lease_duration_seconds: 15,
-            lease_grace_seconds: 5,
-            identity: None,
-        },
-    };
+    let args = common_args(LogFormat::Json, Some(endpoint));
     let guard = capstan_runtime::telemetry::init("otlp-test-service", &args).expect("installs");
     assert!(guard.exports_traces());
 
@@ -93,9 +52,9 @@ async fn spans_reach_the_otlp_collector() {
         .flat_map(|scope| &scope.spans)
         .find(|span| span.name == "reconcile")
         .expect("the reconcile span");
-    let exported_trace_id: String = span.trace_id.iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(
-        exported_trace_id, trace_id,
+        hex(&span.trace_id),
+        trace_id,
         "trace_id() names the exported trace"
     );
 }

@@ -4,28 +4,17 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use capstan_runtime::cli::{CommonArgs, LeaderElectionArgs, LogFormat};
+mod common;
+
+use capstan_runtime::cli::{CommonArgs, LogFormat};
 use capstan_runtime::service::Service;
 use capstan_runtime::shutdown::Shutdown;
 use capstan_testkit::process::http_get;
+use common::common_args;
 use prometheus_client::registry::Registry;
 
 fn args() -> CommonArgs {
-    CommonArgs {
-        kubeconfig: None,
-        metrics_addr: "127.0.0.1:0".parse().expect("valid address"),
-        log_format: LogFormat::Text,
-        log_level: "info".into(),
-        otlp_endpoint: None,
-        leader: LeaderElectionArgs {
-            leader_elect: false,
-            lease_name: None,
-            lease_namespace: "default".into(),
-            lease_duration_seconds: 15,
-            lease_grace_seconds: 5,
-            identity: None,
-        },
-    }
+    common_args(LogFormat::Text, None)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,22 @@ use std::time::Duration;
 pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Polls `probe` until it returns `Some`, panicking with `what` after `timeout`.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    eventually_with(what, timeout, String::new, probe).await
+}
+
+/// Like [`eventually`], with `context()` (a process's output, the last state seen) appended to
+/// the failure message, so a timeout says why.
+pub async fn eventually_with<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    context: impl Fn() -> String,
+    mut probe: F,
+) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -18,10 +33,12 @@ where
         if let Some(value) = probe().await {
             return value;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
+        if tokio::time::Instant::now() >= deadline {
+            panic!(
+                "timed out after {timeout:?} waiting for {what}\n{}",
+                context()
+            );
+        }
         tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
