@@ -99,6 +99,15 @@ const TINY: [(&str, &[&str]); 4] = [
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    // Warnings and errors of the code under test (servers, backends) on stderr, next to the
+    // progress lines; RUST_LOG overrides.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
     if let Target::Compare { old, new } = &cli.target {
         print!(
             "{}",
