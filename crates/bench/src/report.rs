@@ -102,6 +102,21 @@ impl Report {
         });
     }
 
+    /// A count per object of the side under test against the floor's in the same run (writes or
+    /// reads per machine), with their ratio; no target.
+    pub fn per_object(&mut self, name: &str, value: f64, floor: f64, note: &str) {
+        self.rows.push(Row {
+            figure: name.to_string(),
+            value,
+            unit: String::new(),
+            floor: Some(floor),
+            ratio: (floor > 0.0).then(|| value / floor),
+            target: None,
+            met: None,
+            note: note.to_string(),
+        });
+    }
+
     /// Prefixes every figure (e.g. with the size, when a suite runs at several sizes).
     pub fn prefix_figures(&mut self, prefix: &str) {
         for row in &mut self.rows {
@@ -161,6 +176,18 @@ impl Samples {
         if converged.is_multiple_of(self.step) || converged >= self.total {
             self.points.push((Instant::now(), converged));
         }
+    }
+}
+
+/// The median of repeated samples of a time (the mean of the two middle ones for an even count);
+/// zero for none.
+pub fn median(samples: &[Duration]) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    match sorted.len() {
+        0 => Duration::ZERO,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2,
     }
 }
 
@@ -306,6 +333,15 @@ mod tests {
         assert_eq!(report.rows[0].target.as_deref(), Some("<= 1.3x"));
         assert_eq!(report.rows[0].floor, Some(1.0));
         assert_eq!(report.rows[2].target.as_deref(), Some("as low as possible"));
+    }
+
+    #[test]
+    fn the_median_of_repeated_samples() {
+        let ms = Duration::from_millis;
+        assert_eq!(median(&[ms(30), ms(10), ms(20)]), ms(20));
+        assert_eq!(median(&[ms(40), ms(10), ms(20), ms(30)]), ms(25));
+        assert_eq!(median(&[ms(7)]), ms(7));
+        assert_eq!(median(&[]), Duration::ZERO);
     }
 
     #[test]
