@@ -91,7 +91,10 @@ const TINY: [(&str, &[&str]); 4] = [
         ],
     ),
     ("nodeslo", &["--sizes", "10,20"]),
-    ("machineclass", &["--classes", "2", "--sizes", "6,12"]),
+    (
+        "machineclass",
+        &["--classes", "2", "--sizes", "6,12", "--runs", "2"],
+    ),
     (
         "sidecars",
         &[
