@@ -90,7 +90,7 @@ const TINY: [(&str, &[&str]); 4] = [
             "1",
         ],
     ),
-    ("nodeslo", &["--sizes", "10,20"]),
+    ("nodeslo", &["--sizes", "10,20", "--runs", "2"]),
     (
         "machineclass",
         &["--classes", "2", "--sizes", "6,12", "--runs", "2"],

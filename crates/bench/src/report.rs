@@ -156,6 +156,70 @@ impl Report {
     }
 }
 
+impl Report {
+    /// Repeated runs of one size as one report: every time (a row in seconds) is the median of
+    /// its runs, subject and floor each, with the ratio and target check redone; every other row,
+    /// the curves and the scaling point's counts come from the run whose first time is the median.
+    pub fn median_of(mut runs: Vec<Report>) -> Report {
+        let first_time = |r: &Report| {
+            r.rows
+                .iter()
+                .find(|row| row.unit == "s")
+                .map_or(0.0, |row| row.value)
+        };
+        runs.sort_by(|a, b| first_time(a).total_cmp(&first_time(b)));
+        let times = |figure: &str, of: fn(&Row) -> Option<f64>| -> Vec<Duration> {
+            runs.iter()
+                .filter_map(|r| r.rows.iter().find(|row| row.figure == figure))
+                .filter_map(of)
+                .map(Duration::from_secs_f64)
+                .collect()
+        };
+        let count = runs.len();
+        let mut medians = Vec::new();
+        if let Some(base) = runs.get(count / 2) {
+            for row in base.rows.iter().filter(|row| row.unit == "s") {
+                let value = median(&times(&row.figure, |r| Some(r.value)));
+                let floor = row
+                    .floor
+                    .map(|_| median(&times(&row.figure, |r| r.floor)).as_secs_f64());
+                medians.push((row.figure.clone(), value.as_secs_f64(), floor));
+            }
+        }
+        let Some(mut merged) = (!runs.is_empty()).then(|| runs.swap_remove(count / 2)) else {
+            return Report::default();
+        };
+        for row in &mut merged.rows {
+            let Some((_, value, floor)) = medians.iter().find(|(f, ..)| *f == row.figure) else {
+                continue;
+            };
+            row.value = *value;
+            row.floor = *floor;
+            let checked = match (row.floor, row.ratio) {
+                (Some(floor), Some(_)) => {
+                    let ratio = value / floor.max(f64::EPSILON);
+                    row.ratio = Some(ratio);
+                    ratio
+                }
+                _ => *value,
+            };
+            if let Some(target) = row.target.as_deref().and_then(Target::parse_leading) {
+                row.met = Some(target.met(checked));
+            }
+            row.note = format!("median of {count} runs");
+        }
+        if let Some(point) = merged.scaling.last_mut() {
+            let converge = merged.rows.iter().find(|row| row.unit == "s");
+            if let Some(row) = converge {
+                point.seconds = row.value;
+                point.floor_seconds = row.floor.unwrap_or(point.floor_seconds);
+            }
+        }
+        merged.title = format!("{}, median of {count} runs", merged.title);
+        merged
+    }
+}
+
 /// Samples of a converged count while a completion watch runs: about 200 per curve, plus the last.
 pub struct Samples {
     step: usize,
@@ -333,6 +397,35 @@ mod tests {
         assert_eq!(report.rows[0].target.as_deref(), Some("<= 1.3x"));
         assert_eq!(report.rows[0].floor, Some(1.0));
         assert_eq!(report.rows[2].target.as_deref(), Some("as low as possible"));
+    }
+
+    #[test]
+    fn repeated_runs_report_the_median_time_and_ratio() {
+        let run = |subject_ms: u64, floor_ms: u64, writes: &str| {
+            let mut report = Report::new("t");
+            report.ratio(
+                "converge",
+                Duration::from_millis(subject_ms),
+                Duration::from_millis(floor_ms),
+                "<= 1.3x",
+            );
+            report.row("writes per node", writes, "target 1");
+            report
+        };
+        let merged = Report::median_of(vec![
+            run(300, 100, "1.5"),
+            run(120, 100, "1.0"),
+            run(200, 180, "1.2"),
+        ]);
+        let converge = &merged.rows[0];
+        assert!((converge.value - 0.2).abs() < 1e-9, "{converge:?}");
+        assert_eq!(converge.floor, Some(0.1));
+        assert!((converge.ratio.expect("ratio") - 2.0).abs() < 1e-9);
+        assert_eq!(converge.met, Some(false));
+        assert_eq!(converge.note, "median of 3 runs");
+        // The other rows are the median run's (its first time is 0.2 s).
+        assert_eq!(merged.rows[1].value, 1.2);
+        assert_eq!(merged.title, "t, median of 3 runs");
     }
 
     #[test]
