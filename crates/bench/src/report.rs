@@ -141,7 +141,7 @@ impl Report {
                 report.row(
                     "API requests to converge",
                     point.requests.to_string(),
-                    "every verb, the bench's completion watch included",
+                    "every verb of the side under test (the suite's per-object rows say what is counted)",
                 );
             }
             if several {
