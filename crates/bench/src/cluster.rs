@@ -31,6 +31,18 @@ impl Cluster {
         })
     }
 
+    /// A client of this kube-sim that kube-sim's request accounting names `agent` (its
+    /// User-Agent), so a floor's requests can be told from the bench's own completion watch.
+    pub fn client_named(&self, agent: &str) -> Result<kube::Client> {
+        let mut config = kube::Config::new(self.sim.url().parse()?);
+        config.default_namespace = "default".into();
+        config.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_str(agent)?,
+        ));
+        Ok(kube::Client::try_from(config)?)
+    }
+
     /// Writes since the start: kube-sim's one resourceVersion counter moves once per write.
     pub fn writes(&self) -> u64 {
         self.sim.resource_version()

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
 
-use crate::report::Report;
+use crate::report::{Report, median};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -44,68 +44,75 @@ pub async fn run(args: &Args) -> Result<Report> {
         args.concurrency
     ));
 
-    // kube-sim first, in this process so its memory shows in our RSS, and before the floor
-    // allocates: memory the floor freed would be reused and flatter the figure.
-    let rss_before = rss()?;
-    let sim = kube_sim::KubeSim::start(kube_sim::Config {
-        history_size: 200_000,
-        ..kube_sim::Config::default()
-    })
-    .await?;
+    // Memory first, in a fresh process (this binary re-executed): nothing else has allocated
+    // there, so no memory freed earlier is reused and flatters the figure.
+    let memory = memory_in_fresh_process(n, args.concurrency).await?;
+
+    let sim = kube_sim::KubeSim::start(config()).await?;
     let client = sim.client()?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let started = Instant::now();
-    for_each(n, args.concurrency, |i| {
+    // Creates in SAMPLES batches, each timed: the per-request figure is the median batch.
+    let create = timed_batches(n, |range| {
         let api = api.clone();
-        async move {
-            api.create(&PostParams::default(), &config_map(i, 0))
-                .await
-                .map(drop)
-        }
+        for_each(range, args.concurrency, move |i| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &config_map(i, 0))
+                    .await
+                    .map(drop)
+            }
+        })
     })
     .await?;
-    let create = started.elapsed();
-    let rss_after = rss()?;
-    // What the server stores and serves back for one object (uid, resourceVersion, managedFields).
-    let stored_json = serde_json::to_vec(&api.get("cm-00000").await?)?.len();
 
     // Floor: the same requests answered with ready-made bodies by axum on loopback.
     let one = serde_json::to_vec(&config_map(0, 0))?;
     let floor = Floor::start(one.len(), n).await?;
     let floor_client = floor.client()?;
-    let started = Instant::now();
-    for_each(n, args.concurrency, |i| {
+    let floor_create = timed_batches(n, |range| {
         let client = floor_client.clone();
-        async move {
-            post(
-                &client,
-                "/api/v1/namespaces/default/configmaps",
-                &config_map(i, 0),
-            )
-            .await
-        }
+        for_each(range, args.concurrency, move |i| {
+            let client = client.clone();
+            async move {
+                post(
+                    &client,
+                    "/api/v1/namespaces/default/configmaps",
+                    &config_map(i, 0),
+                )
+                .await
+            }
+        })
     })
     .await?;
-    let floor_create = started.elapsed();
-    let started = Instant::now();
-    let listed: serde_json::Value = floor_client
-        .request(http::Request::get("/api/v1/namespaces/default/configmaps").body(Vec::new())?)
-        .await?;
-    let floor_list = started.elapsed();
-    drop(listed);
-
-    let started = Instant::now();
-    let list = api.list(&ListParams::default()).await?;
-    let list_time = started.elapsed();
-    if list.items.len() != n {
-        bail!("listed {} of {n} objects", list.items.len());
+    let mut floor_lists = Vec::new();
+    for _ in 0..SAMPLES {
+        let started = Instant::now();
+        let listed: serde_json::Value = floor_client
+            .request(http::Request::get("/api/v1/namespaces/default/configmaps").body(Vec::new())?)
+            .await?;
+        floor_lists.push(started.elapsed());
+        drop(listed);
     }
-    drop(list);
+    let floor_list = median(&floor_lists);
+
+    let mut lists = Vec::new();
+    for _ in 0..SAMPLES {
+        let started = Instant::now();
+        let list = api.list(&ListParams::default()).await?;
+        lists.push(started.elapsed());
+        if list.items.len() != n {
+            bail!("listed {} of {n} objects", list.items.len());
+        }
+    }
+    let list_time = median(&lists);
 
     report.row(
         "creates/s",
-        format!("{:.0}", n as f64 / create.as_secs_f64()),
-        "absolute, this machine",
+        format!("{:.0}", 1.0 / create.as_secs_f64()),
+        format!(
+            "absolute, this machine; median batch of {} creates",
+            n.div_ceil(SAMPLES)
+        ),
     );
     report.ratio(
         "create (per request)",
@@ -122,20 +129,101 @@ pub async fn run(args: &Args) -> Result<Report> {
     report.row(
         format!("list of {n}, absolute"),
         format!("{list_time:.2?}"),
-        "target well under 1 s",
+        format!("target well under 1 s; median of {SAMPLES}"),
     );
-    let per_object = rss_after.saturating_sub(rss_before) as f64 / n as f64;
+    let per_object =
+        memory.rss_after.saturating_sub(memory.rss_before) as f64 / memory.objects.max(1) as f64;
     report.row(
         "resident memory per stored object",
         format!("{per_object:.0} B"),
         format!(
-            "{:.1}x its {stored_json} B of stored JSON ({} B as sent); target <= 2x",
-            per_object / stored_json as f64,
-            one.len()
+            "{:.1}x its {} B of stored JSON ({} B as sent); RSS growth over the last {} creates in a \
+             fresh process, after a warm-up; target <= 2x",
+            per_object / memory.stored_json as f64,
+            memory.stored_json,
+            one.len(),
+            memory.objects
         ),
     );
 
-    // Watch fan-out: W watchers from now on, a paced writer updating the objects.
+    // Watch fan-out, FAN_OUT_ROUNDS times: times are the medians of the rounds.
+    let mut rounds = Vec::new();
+    for round in 0..FAN_OUT_ROUNDS {
+        rounds.push(fan_out(&sim, &api, args, round).await?);
+    }
+    let (got, expected) = rounds
+        .iter()
+        .fold((0, 0), |(g, e), r| (g + r.got, e + r.expected));
+    let write_time = median(&rounds.iter().map(|r| r.write_time).collect::<Vec<_>>());
+    let drained = median(&rounds.iter().map(|r| r.drained).collect::<Vec<_>>());
+    let mut keeps_up: Vec<f64> = rounds
+        .iter()
+        .map(|r| r.drained.as_secs_f64() / r.write_time.as_secs_f64())
+        .collect();
+    keeps_up.sort_by(f64::total_cmp);
+    report.row(
+        "achieved write rate",
+        format!(
+            "{:.0}/s",
+            rounds[0].written as f64 / write_time.as_secs_f64()
+        ),
+        format!(
+            "target >= {}/s; median write time of {FAN_OUT_ROUNDS} rounds",
+            args.write_rate
+        ),
+    );
+    report.row(
+        format!("events delivered to {} watchers", args.watchers),
+        format!("{:.3}", got as f64 / expected as f64),
+        format!(
+            "{got} of {expected} over {FAN_OUT_ROUNDS} rounds; all delivered {drained:.2?} after \
+             the first write (median)",
+        ),
+    );
+    report.row(
+        "fan-out keeps up (drain time / write time)",
+        format!("{:.2}x", keeps_up[keeps_up.len() / 2]),
+        format!(
+            "median of {FAN_OUT_ROUNDS} rounds; 1.0x means every watcher had every event when \
+             the writer stopped"
+        ),
+    );
+    sim.shutdown().await;
+
+    // The same creates with `--data-dir`: every response waits for its record's fsync.
+    let durable = creates_with_data_dir(n, args.concurrency).await?;
+    let in_memory = 1.0 / create.as_secs_f64();
+    report.row(
+        "creates/s with --data-dir",
+        format!("{durable:.0}"),
+        format!(
+            "{:.2}x the in-memory {in_memory:.0}/s above; target >= 0.5x",
+            durable / in_memory
+        ),
+    );
+    Ok(report)
+}
+
+/// Rounds of the watch fan-out measurement.
+const FAN_OUT_ROUNDS: usize = 3;
+
+/// One fan-out round: what was written, and what the watchers got, when.
+struct FanOut {
+    written: usize,
+    write_time: Duration,
+    expected: u64,
+    got: u64,
+    drained: Duration,
+}
+
+/// W watchers from now on, a paced writer updating the objects for `args.seconds`.
+async fn fan_out(
+    sim: &kube_sim::KubeSim,
+    api: &Api<ConfigMap>,
+    args: &Args,
+    round: usize,
+) -> Result<FanOut> {
+    let n = args.objects;
     let delivered = Arc::new(AtomicU64::new(0));
     let from = sim.resource_version().to_string();
     let mut watchers = Vec::new();
@@ -159,16 +247,15 @@ pub async fn run(args: &Args) -> Result<Report> {
     let interval = Duration::from_secs_f64(1.0 / args.write_rate as f64);
     let started = Instant::now();
     let start_at = tokio::time::Instant::now();
-    let writer_api = api.clone();
     let written = stream::iter(0..writes)
         .map(|i| {
-            let api = writer_api.clone();
+            let api = api.clone();
             // Paced: write i is due at i / rate seconds after the start.
             let due = start_at + interval.mul_f64(i as f64);
             async move {
                 tokio::time::sleep_until(due).await;
-                // Round i + 1: every patch changes the object (all start at round 0), so each one is an event.
-                let patch = json!({"data": {"round": (i + 1).to_string()}});
+                // A value no earlier write set (objects start at round 0), so each is an event.
+                let patch = json!({"data": {"round": format!("{round}-{}", i + 1)}});
                 let name = format!("cm-{:05}", i % n);
                 api.patch(
                     &name,
@@ -192,39 +279,21 @@ pub async fn run(args: &Args) -> Result<Report> {
     for watcher in watchers {
         watcher.abort();
     }
-    let got = delivered.load(Ordering::Relaxed);
-    report.row(
-        "achieved write rate",
-        format!("{:.0}/s", written.len() as f64 / write_time.as_secs_f64()),
-        format!("target >= {}/s", args.write_rate),
-    );
-    report.row(
-        format!("events delivered to {} watchers", args.watchers),
-        format!("{:.3}", got as f64 / expected as f64),
-        format!(
-            "{got} of {expected}; all delivered {:.2?} after the first write",
-            drained
-        ),
-    );
-    report.row(
-        "fan-out keeps up (drain time / write time)",
-        format!("{:.2}x", drained.as_secs_f64() / write_time.as_secs_f64()),
-        "1.0x means every watcher had every event when the writer stopped",
-    );
-    sim.shutdown().await;
+    Ok(FanOut {
+        written: written.len(),
+        write_time,
+        expected,
+        got: delivered.load(Ordering::Relaxed),
+        drained,
+    })
+}
 
-    // The same creates with `--data-dir`: every response waits for its record's fsync.
-    let durable = creates_with_data_dir(n, args.concurrency).await?;
-    let in_memory = n as f64 / create.as_secs_f64();
-    report.row(
-        "creates/s with --data-dir",
-        format!("{durable:.0}"),
-        format!(
-            "{:.2}x the in-memory {in_memory:.0}/s above; target >= 0.5x",
-            durable / in_memory
-        ),
-    );
-    Ok(report)
+/// kube-sim as measured, with room in the watch history for every write of the run.
+fn config() -> kube_sim::Config {
+    kube_sim::Config {
+        history_size: 200_000,
+        ..kube_sim::Config::default()
+    }
 }
 
 /// Creates/s of `n` ConfigMaps against a kube-sim persisting to a fresh data directory.
@@ -271,16 +340,101 @@ async fn post(client: &kube::Client, path: &str, body: &ConfigMap) -> Result<(),
     client.request::<serde_json::Value>(request).await.map(drop)
 }
 
-async fn for_each<F, Fut>(n: usize, concurrency: usize, op: F) -> Result<()>
+/// Timed samples per figure (list) and batches per create run: times are their medians.
+const SAMPLES: usize = 5;
+
+/// Runs `batch` over `0..n` split into [`SAMPLES`] consecutive ranges, timing each; the median
+/// batch time per item.
+async fn timed_batches<F, Fut>(n: usize, batch: F) -> Result<Duration>
+where
+    F: Fn(std::ops::Range<usize>) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let size = n.div_ceil(SAMPLES).max(1);
+    let mut times = Vec::new();
+    for start in (0..n).step_by(size) {
+        let started = Instant::now();
+        batch(start..(start + size).min(n)).await?;
+        times.push(started.elapsed());
+    }
+    Ok(median(&times) / u32::try_from(size)?)
+}
+
+async fn for_each<F, Fut>(range: std::ops::Range<usize>, concurrency: usize, op: F) -> Result<()>
 where
     F: Fn(usize) -> Fut,
     Fut: std::future::Future<Output = Result<(), kube::Error>>,
 {
-    stream::iter(0..n)
+    stream::iter(range)
         .map(op)
         .buffer_unordered(concurrency)
         .try_collect::<Vec<()>>()
         .await?;
+    Ok(())
+}
+
+/// What the fresh process measured: its RSS before and after kube-sim stored `objects` more
+/// objects, and the JSON size of one stored object as served back.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct Memory {
+    objects: usize,
+    rss_before: u64,
+    rss_after: u64,
+    stored_json: usize,
+}
+
+/// Runs `capstan-bench kube-sim-memory` (this binary) and reads its one line of JSON.
+async fn memory_in_fresh_process(objects: usize, concurrency: usize) -> Result<Memory> {
+    let exe = std::env::current_exe().context("the bench's own path")?;
+    let out = tokio::process::Command::new(exe)
+        .args(["kube-sim-memory", "--objects", &objects.to_string()])
+        .args(["--concurrency", &concurrency.to_string()])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .await
+        .context("running kube-sim-memory")?;
+    if !out.status.success() {
+        bail!("kube-sim-memory exited with {}", out.status);
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .last()
+        .context("kube-sim-memory printed nothing")?;
+    serde_json::from_str(line).with_context(|| format!("kube-sim-memory printed {line:?}"))
+}
+
+/// The fresh process's side: kube-sim in this process, `objects` ConfigMaps created, and the RSS
+/// printed as one line of JSON. The first tenth (at most 100) warms up what any server pays once
+/// (worker threads' allocator arenas, connection buffers); the figure is the growth over the rest.
+pub async fn memory_probe(objects: usize, concurrency: usize) -> Result<()> {
+    let sim = kube_sim::KubeSim::start(config()).await?;
+    let api: Api<ConfigMap> = Api::namespaced(sim.client()?, "default");
+    let create = |range: std::ops::Range<usize>| {
+        let api = api.clone();
+        for_each(range, concurrency, move |i| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &config_map(i, 0))
+                    .await
+                    .map(drop)
+            }
+        })
+    };
+    let warm = (objects / 10).min(100);
+    create(0..warm).await?;
+    let rss_before = rss()?;
+    create(warm..objects).await?;
+    let rss_after = rss()?;
+    let stored_json = serde_json::to_vec(&api.get("cm-00000").await?)?.len();
+    let memory = Memory {
+        objects: objects - warm,
+        rss_before,
+        rss_after,
+        stored_json,
+    };
+    println!("{}", serde_json::to_string(&memory)?);
+    sim.shutdown().await;
     Ok(())
 }
 

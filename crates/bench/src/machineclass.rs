@@ -4,13 +4,18 @@
 //! - converge: controller start until every class carries its finalizer and every Machine is
 //!   Running, against the floor of a bare client making the same writes (per class the finalizer;
 //!   per machine: finalizer, VM record, Node, two Node status writes, providerID/label, status
-//!   Pending, Node sync, status Running) with the same concurrency on a fresh kube-sim;
-//! - writes per machine (every write moves kube-sim's resourceVersion), and in steady state (target 0);
-//! - API requests per machine (every verb) while converging;
+//!   Pending, Node sync, status Running) on a fresh kube-sim, each the median of `--runs` runs;
+//! - equal concurrency: the floor has what the controller has, `--concurrency` machine workers,
+//!   `--class-concurrency` workers for the classes and the Secret running beside them, and one
+//!   unbounded task per Node for the Ready patch (the simulated provider's);
+//! - writes and reads (get, list, watch) per machine, the controller's and the floor's, both
+//!   counted by kube-sim (the bench's own completion watch left out by its User-Agent), and
+//!   writes in steady state (target 0);
 //! - the controller's peak RSS.
 
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -19,10 +24,12 @@ use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use serde_json::{Value, json};
+use kube_sim::accounting::RequestStats;
+use serde_json::json;
+use tokio::sync::Semaphore;
 
 use crate::cluster::{Cluster, Controller};
-use crate::report::{Report, Samples, ScalePoint, Series, since};
+use crate::report::{Report, Samples, ScalePoint, Series, median, since};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -35,13 +42,22 @@ pub struct Args {
     /// Several machine counts, comma-separated (e.g. `200,2000,10000`): a scaling curve; overrides `--machines`.
     #[arg(long, value_delimiter = ',')]
     sizes: Vec<usize>,
-    /// Concurrent writes: the controller's `--machine-concurrency` and the floor client's alike.
+    /// Machine workers: the controller's `--machine-concurrency` and the floor's alike.
     #[arg(long, default_value_t = 10)]
     concurrency: usize,
+    /// Class and Secret workers: the controller's `--class-concurrency` and the floor's alike.
+    #[arg(long, default_value_t = 4)]
+    class_concurrency: usize,
+    /// Runs of the controller and of the floor per size (interleaved); times are their medians.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
 }
 
 const TIMEOUT: Duration = Duration::from_secs(900);
 const NS: &str = "default";
+/// The floor client's User-Agent product, as kube-sim's accounting names it.
+const FLOOR_AGENT: &str = "capstan-bench-floor";
+const CONTROLLER_AGENT: &str = "machineclass-controller";
 
 pub async fn run(bin_dir: &Path, args: &Args) -> Result<Report> {
     let sizes = if args.sizes.is_empty() {
@@ -56,31 +72,176 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<Report> {
     Ok(Report::merge_sizes(reports, "machines"))
 }
 
+/// What one run (floor or controller) measured.
+struct Run {
+    time: Duration,
+    curve: Vec<(f64, usize)>,
+    /// Every write while converging (kube-sim's resourceVersion moves once per write).
+    writes: u64,
+    /// The requests of the side under test only (by User-Agent).
+    requests: RequestStats,
+    /// Controller only: writes in 3 s of steady state, and peak RSS in bytes.
+    steady_writes: u64,
+    peak_rss: u64,
+}
+
+/// The run whose time is the median (the upper middle one for an even count).
+fn median_run(mut runs: Vec<Run>) -> Run {
+    runs.sort_by_key(|r| r.time);
+    let middle = runs.len() / 2;
+    runs.swap_remove(middle)
+}
+
 async fn run_size(bin_dir: &Path, args: &Args, machines: usize) -> Result<Report> {
     let scratch = std::env::temp_dir().join(format!("capstan-bench-mc-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
-    let (classes, c) = (args.classes.max(1), args.concurrency.max(1));
-    eprintln!("machineclass bench: {classes} classes, {machines} machines, concurrency {c}");
+    let shape = Shape {
+        classes: args.classes.max(1),
+        machines,
+        concurrency: args.concurrency.max(1),
+        class_concurrency: args.class_concurrency.max(1),
+    };
+    let runs = args.runs.max(1);
+    let (mut floors, mut controllers) = (Vec::new(), Vec::new());
+    for run in 1..=runs {
+        eprintln!(
+            "machineclass bench: {} classes, {machines} machines, concurrency {}+{}, run {run}/{runs}",
+            shape.classes, shape.concurrency, shape.class_concurrency
+        );
+        floors.push(floor_run(&scratch, shape).await?);
+        controllers.push(controller_run(bin_dir, &scratch, shape).await?);
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    let floor_time = median(&floors.iter().map(|r| r.time).collect::<Vec<_>>());
+    let controller_time = median(&controllers.iter().map(|r| r.time).collect::<Vec<_>>());
+    let peak_rss = controllers.iter().map(|r| r.peak_rss).max().unwrap_or(0);
+    let steady_writes = controllers
+        .iter()
+        .map(|r| r.steady_writes)
+        .max()
+        .unwrap_or(0);
+    let (floor, controller) = (median_run(floors), median_run(controllers));
 
-    // Floor: the same writes by a bare client.
-    let floor = Cluster::start(&scratch, "floor").await?;
-    seed(&floor.client, classes, machines).await?;
-    let floor_converged = wait_for_convergence(&floor, classes, machines);
+    let Shape {
+        classes,
+        concurrency: c,
+        class_concurrency: cc,
+        ..
+    } = shape;
+    let mut report = Report::new(format!(
+        "machineclass-controller, {classes} classes, {machines} machines, \
+         {c} machine and {cc} class workers, median of {runs} runs"
+    ));
+    report.ratio(
+        "converge (finalizers, all machines Running)",
+        controller_time,
+        floor_time,
+        "<= 1.5x",
+    );
+    let per_machine = |n: u64| n as f64 / machines.max(1) as f64;
+    report.per_object(
+        "writes per machine to Running",
+        per_machine(controller.writes),
+        per_machine(floor.writes),
+        "both include one write per class and one for the Secret",
+    );
+    for (figure, verbs) in [
+        ("reads (get, list, watch)", &["get", "list", "watch"][..]),
+        ("GETs", &["get"][..]),
+    ] {
+        let count =
+            |requests: &RequestStats| requests.count_where(|k| verbs.contains(&k.verb.as_str()));
+        report.per_object(
+            &format!("{figure} per machine to Running"),
+            per_machine(count(&controller.requests)),
+            per_machine(count(&floor.requests)),
+            &format!(
+                "controller by verb: {}; floor by verb: {}",
+                by_verb(&controller.requests),
+                by_verb(&floor.requests)
+            ),
+        );
+    }
+    report.per_object(
+        "API requests per machine to Running",
+        per_machine(controller.requests.total()),
+        per_machine(floor.requests.total()),
+        "every verb, the bench's completion watch left out",
+    );
+    report.row(
+        "writes in 3 s of steady state",
+        steady_writes.to_string(),
+        "target 0 (the most of any run)",
+    );
+    report.row(
+        "controller peak RSS",
+        format!("{:.1} MiB", peak_rss as f64 / 1048576.0),
+        "target < 64 MiB (the most of any run)",
+    );
+    report.convergence = vec![
+        Series {
+            label: "machineclass-controller".to_string(),
+            points: controller.curve,
+        },
+        Series {
+            label: "floor (bare client)".to_string(),
+            points: floor.curve,
+        },
+    ];
+    report.scaling.push(ScalePoint {
+        size: machines,
+        seconds: controller_time.as_secs_f64(),
+        floor_seconds: floor_time.as_secs_f64(),
+        requests: controller.requests.total(),
+        peak_rss_mib: peak_rss as f64 / 1048576.0,
+    });
+    Ok(report)
+}
+
+/// Sizes and workers, the same for the floor and the controller.
+#[derive(Clone, Copy)]
+struct Shape {
+    classes: usize,
+    machines: usize,
+    concurrency: usize,
+    class_concurrency: usize,
+}
+
+/// The floor: a bare client making the controller's writes on a fresh kube-sim.
+async fn floor_run(scratch: &Path, shape: Shape) -> Result<Run> {
+    let floor = Cluster::start(scratch, "floor").await?;
+    seed(&floor.client, shape.classes, shape.machines).await?;
+    let client = floor.client_named(FLOOR_AGENT)?;
+    let writes_before = floor.writes();
+    let requests_before = floor.sim.requests();
+    let converged = wait_for_convergence(&floor, shape.classes, shape.machines);
     let started = Instant::now();
-    floor_writes(&floor.client, classes, machines, c).await?;
-    let floor_time = started.elapsed();
-    let floor_curve = since(started, floor_converged.await.context("watch task")??);
-    drop(floor);
+    floor_writes(&client, shape).await?;
+    let samples = converged.await.context("watch task")??;
+    // Converged when the watch saw the last machine Running, as for the controller.
+    let time = started.elapsed();
+    Ok(Run {
+        time,
+        curve: since(started, samples),
+        writes: floor.writes() - writes_before,
+        requests: of_client(&floor.sim.requests().since(&requests_before), FLOOR_AGENT),
+        steady_writes: 0,
+        peak_rss: 0,
+    })
+}
 
-    // The controller.
-    let cluster = Cluster::start(&scratch, "controller").await?;
-    seed(&cluster.client, classes, machines).await?;
+async fn controller_run(bin_dir: &Path, scratch: &Path, shape: Shape) -> Result<Run> {
+    let cluster = Cluster::start(scratch, "controller").await?;
+    seed(&cluster.client, shape.classes, shape.machines).await?;
     let writes_before = cluster.writes();
     let requests_before = cluster.sim.requests();
-    let converged = wait_for_convergence(&cluster, classes, machines);
+    let converged = wait_for_convergence(&cluster, shape.classes, shape.machines);
     let started = Instant::now();
     let kubeconfig = cluster.kubeconfig.to_string_lossy().into_owned();
-    let concurrency = c.to_string();
+    let (machine_workers, class_workers) = (
+        shape.concurrency.to_string(),
+        shape.class_concurrency.to_string(),
+    );
     let controller = Controller::spawn(
         &bin_dir.join("machineclass-controller"),
         &[
@@ -95,71 +256,59 @@ async fn run_size(bin_dir: &Path, args: &Args, machines: usize) -> Result<Report
             "--short-retry",
             "1s",
             "--machine-concurrency",
-            &concurrency,
+            &machine_workers,
+            "--class-concurrency",
+            &class_workers,
             "--log-level",
             "warn",
         ],
     )?;
     let samples = converged.await.context("watch task")??;
-    let controller_time = started.elapsed();
-    let controller_curve = since(started, samples);
-    let converge_writes = cluster.writes() - writes_before;
-    let converge_requests = cluster.sim.requests().since(&requests_before).total();
+    let time = started.elapsed();
+    let writes = cluster.writes() - writes_before;
+    let requests = of_client(
+        &cluster.sim.requests().since(&requests_before),
+        CONTROLLER_AGENT,
+    );
 
     let writes_before = cluster.writes();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let steady_writes = cluster.writes() - writes_before;
     let peak_rss = controller.peak_rss()?;
     controller.stop().await?;
-    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(Run {
+        time,
+        curve: since(started, samples),
+        writes,
+        requests,
+        steady_writes,
+        peak_rss,
+    })
+}
 
-    let mut report = Report::new(format!(
-        "machineclass-controller, {classes} classes, {machines} machines, concurrency {c}"
-    ));
-    report.ratio(
-        "converge (finalizers, all machines Running)",
-        controller_time,
-        floor_time,
-        "<= 1.5x",
-    );
-    report.row(
-        "writes per machine to Running",
-        format!("{:.2}", converge_writes as f64 / machines.max(1) as f64),
-        format!("floor {FLOOR_WRITES_PER_MACHINE}, plus one per class and one for the secret"),
-    );
-    report.row(
-        "API requests per machine to Running",
-        format!("{:.2}", converge_requests as f64 / machines.max(1) as f64),
-        format!("{converge_requests} in all, the bench's completion watch included"),
-    );
-    report.row(
-        "writes in 3 s of steady state",
-        steady_writes.to_string(),
-        "target 0",
-    );
-    report.row(
-        "controller peak RSS",
-        format!("{:.1} MiB", peak_rss as f64 / 1048576.0),
-        "target < 128 MiB",
-    );
-    report.convergence = vec![
-        Series {
-            label: "machineclass-controller".to_string(),
-            points: controller_curve,
-        },
-        Series {
-            label: "floor (bare client)".to_string(),
-            points: floor_curve,
-        },
-    ];
-    report.scaling.push(ScalePoint {
-        size: machines,
-        seconds: controller_time.as_secs_f64(),
-        floor_seconds: floor_time.as_secs_f64(),
-        requests: converge_requests,
-        peak_rss_mib: peak_rss as f64 / 1048576.0,
-    });
-    Ok(report)
+/// The requests one client made.
+fn of_client(requests: &RequestStats, client: &str) -> RequestStats {
+    RequestStats {
+        counts: requests
+            .counts
+            .iter()
+            .filter(|(k, _)| k.client == client)
+            .map(|(k, n)| (k.clone(), *n))
+            .collect(),
+    }
+}
+
+fn by_verb(requests: &RequestStats) -> String {
+    let mut verbs: std::collections::BTreeMap<&str, u64> = Default::default();
+    for (key, n) in &requests.counts {
+        *verbs.entry(key.verb.as_str()).or_default() += n;
+    }
+    let text: Vec<String> = verbs.iter().map(|(v, n)| format!("{v} {n}")).collect();
+    if text.is_empty() {
+        "none".to_string()
+    } else {
+        text.join(", ")
+    }
 }
 
 fn class_name(i: usize) -> String {
@@ -204,69 +353,90 @@ async fn seed(client: &kube::Client, classes: usize, machines: usize) -> Result<
     .await
 }
 
-/// Writes the controller must make per machine, issued by the floor client.
-const FLOOR_WRITES_PER_MACHINE: usize = 9;
-
-async fn floor_writes(
-    client: &kube::Client,
-    classes: usize,
-    machines: usize,
-    c: usize,
-) -> Result<()> {
-    let merge = |v: Value| Patch::Merge(v);
+/// The writes the controller makes, with the controller's concurrency: machine workers
+/// (a machine holds one from its finalizer to its Node sync, and again for its Running status, as
+/// a reconcile does), class workers (the classes and the Secret) beside them, and the Node Ready
+/// patch in a task of its own per Node, as the simulated provider does.
+async fn floor_writes(client: &kube::Client, shape: Shape) -> Result<()> {
     let pp = PatchParams::default();
     let class_api: Api<MachineClass> = Api::namespaced(client.clone(), NS);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-    secrets
-        .patch(
-            "cloud",
-            &pp,
-            &merge(json!({"metadata": {"finalizers": ["machine.sapcloud.io/machine-controller"]}})),
-        )
-        .await?;
-    for_each_concurrent(classes, c, |i| {
-        let api = class_api.clone();
-        let pp = pp.clone();
+    let class_workers = Arc::new(Semaphore::new(shape.class_concurrency));
+    let finalizer = |f: &str| Patch::Merge(json!({"metadata": {"finalizers": [f]}}));
+    let classes = for_each_concurrent(shape.classes + 1, shape.classes + 1, |i| {
+        let (class_api, secrets, pp) = (class_api.clone(), secrets.clone(), pp.clone());
+        let workers = class_workers.clone();
         async move {
-            api.patch(
-                &class_name(i),
-                &pp,
-                &Patch::Merge(json!({"metadata": {"finalizers": [FINALIZER_MCM]}})),
-            )
-            .await
-            .map(drop)
+            let _worker = workers.acquire_owned().await.expect("never closed");
+            if i == shape.classes {
+                let patch = finalizer("machine.sapcloud.io/machine-controller");
+                secrets.patch("cloud", &pp, &patch).await.map(drop)
+            } else {
+                let patch = finalizer(FINALIZER_MCM);
+                class_api.patch(&class_name(i), &pp, &patch).await.map(drop)
+            }
         }
-    })
-    .await?;
+    });
     let machine_api: Api<Machine> = Api::namespaced(client.clone(), NS);
     let nodes: Api<Node> = Api::all(client.clone());
     let vms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
-    for_each_concurrent(machines, c, |i| {
-        let (machine_api, nodes, vms, pp) = (machine_api.clone(), nodes.clone(), vms.clone(), pp.clone());
+    let machine_workers = Arc::new(Semaphore::new(shape.concurrency));
+    let machines = for_each_concurrent(shape.machines, shape.machines.max(1), |i| {
+        let (machine_api, nodes, vms, pp) =
+            (machine_api.clone(), nodes.clone(), vms.clone(), pp.clone());
+        let workers = machine_workers.clone();
         async move {
             let name = machine_name(i);
-            machine_api.patch(&name, &pp, &Patch::Merge(json!({"metadata": {"finalizers": [FINALIZER_MCM]}}))).await?;
-            let vm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": format!("sim-vm-{name}")}, "data": {"nodeName": name}}))
-                .expect("valid configmap");
+            let worker = workers.clone().acquire_owned().await.expect("never closed");
+            machine_api
+                .patch(
+                    &name,
+                    &pp,
+                    &Patch::Merge(json!({"metadata": {"finalizers": [FINALIZER_MCM]}})),
+                )
+                .await?;
+            let vm: ConfigMap = serde_json::from_value(
+                json!({"metadata": {"name": format!("sim-vm-{name}")}, "data": {"nodeName": name}}),
+            )
+            .expect("valid configmap");
             vms.create(&PostParams::default(), &vm).await?;
             let node: Node = serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"providerID": format!("sim:///{NS}/{name}")}}))
                 .expect("valid node");
             nodes.create(&PostParams::default(), &node).await?;
-            let cond = |s: &str| json!({"status": {"conditions": [{"type": "Ready", "status": s}]}});
-            nodes.patch_status(&name, &pp, &Patch::Merge(cond("False"))).await?;
-            nodes.patch_status(&name, &pp, &Patch::Merge(cond("True"))).await?;
+            let cond = |s: &str| {
+                Patch::Merge(json!({"status": {"conditions": [{"type": "Ready", "status": s}]}}))
+            };
+            nodes.patch_status(&name, &pp, &cond("False")).await?;
+            let ready = tokio::spawn({
+                let (nodes, name, pp) = (nodes.clone(), name.clone(), pp.clone());
+                async move {
+                    nodes
+                        .patch_status(&name, &pp, &cond("True"))
+                        .await
+                        .map(drop)
+                }
+            });
             machine_api
                 .patch(&name, &pp, &Patch::Merge(json!({"metadata": {"labels": {"node": name}}, "spec": {"providerID": format!("sim:///{NS}/{name}")}})))
                 .await?;
-            let phase = |p: &str| json!({"status": {"currentStatus": {"phase": p}}});
-            machine_api.patch_status(&name, &pp, &Patch::Merge(phase("Pending"))).await?;
+            let phase = |p: &str| Patch::Merge(json!({"status": {"currentStatus": {"phase": p}}}));
+            machine_api
+                .patch_status(&name, &pp, &phase("Pending"))
+                .await?;
             nodes
                 .patch(&name, &pp, &Patch::Merge(json!({"metadata": {"labels": {"node.gardener.cloud/machine-name": name}, "finalizers": ["node.machine.sapcloud.io/machine-controller"]}})))
                 .await?;
-            machine_api.patch_status(&name, &pp, &Patch::Merge(phase("Running"))).await.map(drop)
+            drop(worker);
+            ready.await.expect("the Ready task does not panic")?;
+            let _worker = workers.acquire_owned().await.expect("never closed");
+            machine_api
+                .patch_status(&name, &pp, &phase("Running"))
+                .await
+                .map(drop)
         }
-    })
-    .await
+    });
+    futures::try_join!(classes, machines)?;
+    Ok(())
 }
 
 /// Resolves once every class carries the finalizer and every machine is Running, with (when, how

@@ -56,6 +56,14 @@ enum Target {
     Sidecars(sidecars::Args),
     /// Print the change per figure between two results files, without running anything.
     Compare { old: PathBuf, new: PathBuf },
+    /// kube-sim's memory per object, in this fresh process (run by `kube-sim`; prints JSON).
+    #[command(hide = true)]
+    KubeSimMemory {
+        #[arg(long)]
+        objects: usize,
+        #[arg(long)]
+        concurrency: usize,
+    },
 }
 
 #[derive(clap::Args)]
@@ -82,8 +90,11 @@ const TINY: [(&str, &[&str]); 4] = [
             "1",
         ],
     ),
-    ("nodeslo", &["--sizes", "10,20"]),
-    ("machineclass", &["--classes", "2", "--sizes", "6,12"]),
+    ("nodeslo", &["--sizes", "10,20", "--runs", "2"]),
+    (
+        "machineclass",
+        &["--classes", "2", "--sizes", "6,12", "--runs", "2"],
+    ),
     (
         "sidecars",
         &[
@@ -99,12 +110,31 @@ const TINY: [(&str, &[&str]); 4] = [
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    // Warnings and errors of the code under test (servers, backends) on stderr, next to the
+    // progress lines; RUST_LOG overrides.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
     if let Target::Compare { old, new } = &cli.target {
         print!(
             "{}",
             results::compare(&Results::read(old)?, &Results::read(new)?)
         );
         return Ok(());
+    }
+    if let Target::KubeSimMemory {
+        objects,
+        concurrency,
+    } = cli.target
+    {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        return runtime.block_on(kube_sim::memory_probe(objects, concurrency));
     }
     // Read before running, so a wrong path fails in a second rather than after the run.
     let old = cli.compare.as_deref().map(Results::read).transpose()?;
@@ -134,7 +164,7 @@ fn main() -> anyhow::Result<()> {
         Target::Nodeslo(_) => "nodeslo",
         Target::KubeSim(_) => "kube-sim",
         Target::Sidecars(_) => "sidecars",
-        Target::Compare { .. } => unreachable!("handled above"),
+        Target::Compare { .. } | Target::KubeSimMemory { .. } => unreachable!("handled above"),
     };
     let new = Results { commit, rows };
     let mut table = String::new();
@@ -172,7 +202,7 @@ async fn run(cli: &Cli) -> Result<Vec<(&'static str, Report)>> {
         Target::Nodeslo(args) => reports.push(("nodeslo", nodeslo::run(bin_dir, args).await?)),
         Target::KubeSim(args) => reports.push(("kube-sim", kube_sim::run(args).await?)),
         Target::Sidecars(args) => reports.push(("sidecars", sidecars::run(args).await?)),
-        Target::Compare { .. } => {}
+        Target::Compare { .. } | Target::KubeSimMemory { .. } => {}
     }
     Ok(reports)
 }

@@ -4,6 +4,7 @@
 //!   client creating N NodeSLOs with the same concurrency on a fresh kube-sim (target 1.3x);
 //! - fan-out: a ConfigMap change until all N NodeSLOs carry it, against the floor of a bare client
 //!   patching N NodeSLOs (same comparison);
+//! - both times, and their floors, the median of `--runs` runs;
 //! - writes per node on create and on change (target 1), and in steady state (target 0);
 //! - the controller's peak RSS (target under 64 MiB).
 
@@ -33,6 +34,9 @@ pub struct Args {
     /// Concurrent writes, the controller's `--workers` and the floor client's alike.
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
+    /// Runs per size; each time reported is the median of the runs (its floor's too).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
 }
 
 const TIMEOUT: Duration = Duration::from_secs(600);
@@ -44,8 +48,14 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<Report> {
         args.sizes.clone()
     };
     let mut reports = Vec::new();
+    let runs = args.runs.max(1);
     for n in sizes {
-        reports.push((n, run_size(bin_dir, n, args.concurrency).await?));
+        let mut repeated = Vec::new();
+        for run in 1..=runs {
+            eprintln!("nodeslo bench: run {run}/{runs}");
+            repeated.push(run_size(bin_dir, n, args.concurrency).await?);
+        }
+        reports.push((n, Report::median_of(repeated)));
     }
     Ok(Report::merge_sizes(reports, "nodes"))
 }

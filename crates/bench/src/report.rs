@@ -102,6 +102,21 @@ impl Report {
         });
     }
 
+    /// A count per object of the side under test against the floor's in the same run (writes or
+    /// reads per machine), with their ratio; no target.
+    pub fn per_object(&mut self, name: &str, value: f64, floor: f64, note: &str) {
+        self.rows.push(Row {
+            figure: name.to_string(),
+            value,
+            unit: String::new(),
+            floor: Some(floor),
+            ratio: (floor > 0.0).then(|| value / floor),
+            target: None,
+            met: None,
+            note: note.to_string(),
+        });
+    }
+
     /// Prefixes every figure (e.g. with the size, when a suite runs at several sizes).
     pub fn prefix_figures(&mut self, prefix: &str) {
         for row in &mut self.rows {
@@ -126,7 +141,7 @@ impl Report {
                 report.row(
                     "API requests to converge",
                     point.requests.to_string(),
-                    "every verb, the bench's completion watch included",
+                    "every verb of the side under test (the suite's per-object rows say what is counted)",
                 );
             }
             if several {
@@ -137,6 +152,70 @@ impl Report {
             merged.scaling.append(&mut report.scaling);
             merged.convergence = report.convergence;
         }
+        merged
+    }
+}
+
+impl Report {
+    /// Repeated runs of one size as one report: every time (a row in seconds) is the median of
+    /// its runs, subject and floor each, with the ratio and target check redone; every other row,
+    /// the curves and the scaling point's counts come from the run whose first time is the median.
+    pub fn median_of(mut runs: Vec<Report>) -> Report {
+        let first_time = |r: &Report| {
+            r.rows
+                .iter()
+                .find(|row| row.unit == "s")
+                .map_or(0.0, |row| row.value)
+        };
+        runs.sort_by(|a, b| first_time(a).total_cmp(&first_time(b)));
+        let times = |figure: &str, of: fn(&Row) -> Option<f64>| -> Vec<Duration> {
+            runs.iter()
+                .filter_map(|r| r.rows.iter().find(|row| row.figure == figure))
+                .filter_map(of)
+                .map(Duration::from_secs_f64)
+                .collect()
+        };
+        let count = runs.len();
+        let mut medians = Vec::new();
+        if let Some(base) = runs.get(count / 2) {
+            for row in base.rows.iter().filter(|row| row.unit == "s") {
+                let value = median(&times(&row.figure, |r| Some(r.value)));
+                let floor = row
+                    .floor
+                    .map(|_| median(&times(&row.figure, |r| r.floor)).as_secs_f64());
+                medians.push((row.figure.clone(), value.as_secs_f64(), floor));
+            }
+        }
+        let Some(mut merged) = (!runs.is_empty()).then(|| runs.swap_remove(count / 2)) else {
+            return Report::default();
+        };
+        for row in &mut merged.rows {
+            let Some((_, value, floor)) = medians.iter().find(|(f, ..)| *f == row.figure) else {
+                continue;
+            };
+            row.value = *value;
+            row.floor = *floor;
+            let checked = match (row.floor, row.ratio) {
+                (Some(floor), Some(_)) => {
+                    let ratio = value / floor.max(f64::EPSILON);
+                    row.ratio = Some(ratio);
+                    ratio
+                }
+                _ => *value,
+            };
+            if let Some(target) = row.target.as_deref().and_then(Target::parse_leading) {
+                row.met = Some(target.met(checked));
+            }
+            row.note = format!("median of {count} runs");
+        }
+        if let Some(point) = merged.scaling.last_mut() {
+            let converge = merged.rows.iter().find(|row| row.unit == "s");
+            if let Some(row) = converge {
+                point.seconds = row.value;
+                point.floor_seconds = row.floor.unwrap_or(point.floor_seconds);
+            }
+        }
+        merged.title = format!("{}, median of {count} runs", merged.title);
         merged
     }
 }
@@ -161,6 +240,18 @@ impl Samples {
         if converged.is_multiple_of(self.step) || converged >= self.total {
             self.points.push((Instant::now(), converged));
         }
+    }
+}
+
+/// The median of repeated samples of a time (the mean of the two middle ones for an even count);
+/// zero for none.
+pub fn median(samples: &[Duration]) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    match sorted.len() {
+        0 => Duration::ZERO,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2,
     }
 }
 
@@ -306,6 +397,44 @@ mod tests {
         assert_eq!(report.rows[0].target.as_deref(), Some("<= 1.3x"));
         assert_eq!(report.rows[0].floor, Some(1.0));
         assert_eq!(report.rows[2].target.as_deref(), Some("as low as possible"));
+    }
+
+    #[test]
+    fn repeated_runs_report_the_median_time_and_ratio() {
+        let run = |subject_ms: u64, floor_ms: u64, writes: &str| {
+            let mut report = Report::new("t");
+            report.ratio(
+                "converge",
+                Duration::from_millis(subject_ms),
+                Duration::from_millis(floor_ms),
+                "<= 1.3x",
+            );
+            report.row("writes per node", writes, "target 1");
+            report
+        };
+        let merged = Report::median_of(vec![
+            run(300, 100, "1.5"),
+            run(120, 100, "1.0"),
+            run(200, 180, "1.2"),
+        ]);
+        let converge = &merged.rows[0];
+        assert!((converge.value - 0.2).abs() < 1e-9, "{converge:?}");
+        assert_eq!(converge.floor, Some(0.1));
+        assert!((converge.ratio.expect("ratio") - 2.0).abs() < 1e-9);
+        assert_eq!(converge.met, Some(false));
+        assert_eq!(converge.note, "median of 3 runs");
+        // The other rows are the median run's (its first time is 0.2 s).
+        assert_eq!(merged.rows[1].value, 1.2);
+        assert_eq!(merged.title, "t, median of 3 runs");
+    }
+
+    #[test]
+    fn the_median_of_repeated_samples() {
+        let ms = Duration::from_millis;
+        assert_eq!(median(&[ms(30), ms(10), ms(20)]), ms(20));
+        assert_eq!(median(&[ms(40), ms(10), ms(20), ms(30)]), ms(25));
+        assert_eq!(median(&[ms(7)]), ms(7));
+        assert_eq!(median(&[]), Duration::ZERO);
     }
 
     #[test]

@@ -100,8 +100,43 @@ fn every_suite_runs_at_tiny_sizes_and_writes_json_and_svg_that_compare_reads() {
     assert_eq!(converge["target"], "<= 1.3x");
     assert!(converge["met"].is_boolean());
     figure("nodeslo: 10 nodes: controller peak RSS");
-    figure("machineclass: 12 machines: converge (finalizers, all machines Running)");
-    figure("sidecars: memory GetStatus x4 req/s");
+    let mc_converge =
+        figure("machineclass: 12 machines: converge (finalizers, all machines Running)");
+    assert!(mc_converge["floor"].as_f64().expect("floor") > 0.0);
+    // The floor's writes are counted by kube-sim, not assumed: 9 per machine, one per class
+    // and one for the Secret, over 12 machines of 2 classes.
+    let writes = figure("machineclass: 12 machines: writes per machine to Running");
+    assert_eq!(
+        writes["floor"].as_f64(),
+        Some((12.0 * 9.0 + 2.0 + 1.0) / 12.0),
+        "{writes}"
+    );
+    assert!(writes["value"].as_f64().expect("value") >= 9.0, "{writes}");
+    // Reads are reported for both sides: the controller lists and watches, the floor reads nothing.
+    let reads =
+        figure("machineclass: 12 machines: reads (get, list, watch) per machine to Running");
+    assert!(reads["value"].as_f64().expect("value") > 0.0, "{reads}");
+    assert_eq!(reads["floor"].as_f64(), Some(0.0), "{reads}");
+    figure("machineclass: 12 machines: GETs per machine to Running");
+
+    let list = figure("kube-sim: list of 50");
+    assert!(list["floor"].as_f64().expect("floor") > 0.0, "{list}");
+    let create = figure("kube-sim: create (per request)");
+    assert!(create["floor"].as_f64().expect("floor") > 0.0, "{create}");
+    let memory = figure("kube-sim: resident memory per stored object");
+    assert!(memory["value"].as_f64().expect("value") > 0.0, "{memory}");
+
+    let get_status = figure("sidecars: memory GetStatus x4 req/s");
+    assert!(
+        get_status["value"].as_f64().expect("value") > 0.0,
+        "{get_status}"
+    );
+    // Failed calls have their own row, apart from throughput; none fail here.
+    let failed = figure("sidecars: memory failed calls");
+    assert_eq!(failed["value"].as_f64(), Some(0.0), "{failed}");
+    assert_eq!(failed["floor"].as_f64(), Some(0.0), "{failed}");
+    assert_eq!(failed["target"], "= 0");
+    assert_eq!(failed["met"], true);
 
     // An SVG per controller suite, named in the output, that parses as XML with drawn lines.
     let svgs = files_with_extension(out.path(), "svg");

@@ -8,13 +8,11 @@
 //!   [`gw::GwBackend`] with [`gw::kernel::KernelGw`] and [`gw::memory::MemoryGw`].
 //! - [`server`]: flags, the tonic server (health, metrics, TLS, graceful shutdown).
 //! - [`metrics`]: the gRPC metrics tower layer.
-//! - [`bench`](mod@bench): the throughput/latency benchmark behind `cargo xtask bench sidecars`.
 //!
 //! Validation, planning and tunnel health are pure functions; only the backends
 //! do I/O.
 
 pub mod backend;
-pub mod bench;
 pub mod gw;
 pub mod metrics;
 pub mod net;
