@@ -25,6 +25,10 @@ const MACHINES: &str = "machines";
 const CONFIG_NS: &str = "koordinator-system";
 const WAIT: Duration = Duration::from_secs(60);
 
+// gw-recycler on a hub and two worker clusters.
+#[path = "chart_rbac/gw_recycler.rs"]
+mod gw_recycler;
+
 /// The chart installed as `capstan` in capstan-system, Machines in their own namespace.
 async fn installed(test: &str) -> Option<(Cluster, Value)> {
     if !helm::available(test).await {
@@ -97,20 +101,11 @@ async fn run_as_service_account(
     (bin, kubeconfig)
 }
 
-/// Every (group, resource, verb) granted to `component` by the installed Roles and ClusterRoles.
-async fn granted(cluster: &Cluster, component: &str) -> BTreeSet<(String, String, String)> {
-    let lp = ListParams::default().labels(&format!(
-        "app.kubernetes.io/instance=capstan,app.kubernetes.io/component={component}"
-    ));
-    let mut rules: Vec<PolicyRule> = Vec::new();
-    let cluster_roles: Api<ClusterRole> = Api::all(cluster.admin.clone());
-    for role in cluster_roles.list(&lp).await.expect("list") {
-        rules.extend(role.rules.unwrap_or_default());
-    }
-    let roles: Api<Role> = Api::all(cluster.admin.clone());
-    for role in roles.list(&lp).await.expect("list") {
-        rules.extend(role.rules.unwrap_or_default());
-    }
+/// A (group, resource, verb) a rule grants; `resource` may name a subresource (`pods/status`).
+type Grant = (String, String, String);
+
+/// Every (group, resource, verb) `rules` grant.
+fn grants_of(rules: impl IntoIterator<Item = PolicyRule>) -> BTreeSet<Grant> {
     let mut out = BTreeSet::new();
     for rule in rules {
         for group in rule.api_groups.unwrap_or_default() {
@@ -124,33 +119,62 @@ async fn granted(cluster: &Cluster, component: &str) -> BTreeSet<(String, String
     out
 }
 
-/// Zero 403s for the ServiceAccount, and every grant used by a successful request.
+/// Every (group, resource, verb) granted to `component` by the installed Roles and ClusterRoles.
+async fn granted(cluster: &Cluster, component: &str) -> BTreeSet<Grant> {
+    let lp = ListParams::default().labels(&format!(
+        "app.kubernetes.io/instance=capstan,app.kubernetes.io/component={component}"
+    ));
+    let mut rules: Vec<PolicyRule> = Vec::new();
+    let cluster_roles: Api<ClusterRole> = Api::all(cluster.admin.clone());
+    for role in cluster_roles.list(&lp).await.expect("list") {
+        rules.extend(role.rules.unwrap_or_default());
+    }
+    let roles: Api<Role> = Api::all(cluster.admin.clone());
+    for role in roles.list(&lp).await.expect("list") {
+        rules.extend(role.rules.unwrap_or_default());
+    }
+    grants_of(rules)
+}
+
+/// Zero 403s for the component's chart ServiceAccount, and every grant used by a successful request.
 async fn assert_rbac_sufficient_and_minimal(cluster: &Cluster, component: &str, output: &str) {
     let user = format!("system:serviceaccount:{NS}:capstan-{component}");
+    let grants = granted(cluster, component).await;
+    assert_users_need_exactly(cluster, &[user], &grants, component, output);
+}
+
+/// Zero 403s for any of `users`, and every grant of `grants` used by a successful request of one
+/// of them (so removing it would turn a request of the scenario into a 403).
+fn assert_users_need_exactly(
+    cluster: &Cluster,
+    users: &[String],
+    grants: &BTreeSet<Grant>,
+    what: &str,
+    output: &str,
+) {
     let stats = cluster.sim.requests();
     let mine: Vec<_> = stats
         .counts
         .iter()
-        .filter(|(k, _)| k.user == user)
+        .filter(|(k, _)| users.contains(&k.user))
         .collect();
-    assert!(!mine.is_empty(), "no request was made as {user}");
+    assert!(!mine.is_empty(), "no request was made as {users:?}");
     let forbidden: Vec<String> = mine
         .iter()
         .filter(|(k, _)| k.code == 403)
         .map(|(k, n)| {
             format!(
-                "{n} x {} {}/{} {}",
-                k.verb, k.group, k.resource, k.subresource
+                "{n} x {} {}/{} {} as {}",
+                k.verb, k.group, k.resource, k.subresource, k.user
             )
         })
         .collect();
     assert!(
         forbidden.is_empty(),
-        "{component} was refused (the chart's RBAC is not sufficient): {forbidden:#?}\n{output}"
+        "{what} was refused (the RBAC is not sufficient): {forbidden:#?}\n{output}"
     );
-    let unused: Vec<String> = granted(cluster, component)
-        .await
-        .into_iter()
+    let unused: Vec<String> = grants
+        .iter()
         .filter(|(group, resource, verb)| {
             let (res, sub) = resource.split_once('/').unwrap_or((resource, ""));
             !mine.iter().any(|(k, _)| {
@@ -165,7 +189,7 @@ async fn assert_rbac_sufficient_and_minimal(cluster: &Cluster, component: &str, 
         .collect();
     assert!(
         unused.is_empty(),
-        "{component}: granted but never used by the scenario (not minimal): {unused:#?}"
+        "{what}: granted but never used by the scenario (not minimal): {unused:#?}"
     );
 }
 

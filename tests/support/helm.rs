@@ -69,12 +69,17 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start() -> Self {
+        Self::start_with(Config::default()).await
+    }
+
+    /// As [`Cluster::start`], with `config`'s other settings (workloads, containers that run).
+    pub async fn start_with(config: Config) -> Self {
         let config = Config {
             auth: AuthConfig {
                 rbac: true,
-                ..AuthConfig::default()
+                ..config.auth
             },
-            ..Config::default()
+            ..config
         };
         let sim = KubeSim::start(config).await.expect("kube-sim starts");
         let admin = sim.client().expect("admin client");

@@ -15,6 +15,7 @@ mod kube_sim;
 mod machineclass;
 mod nodeslo;
 mod plot;
+mod recycler;
 mod report;
 mod results;
 mod sidecars;
@@ -54,6 +55,8 @@ enum Target {
     KubeSim(kube_sim::Args),
     /// router-sidecar and gw-sidecar: requests/s and p50/p99 per method and stream count, as a ratio to an empty handler.
     Sidecars(sidecars::Args),
+    /// gw-recycler: one recycle (drain delay 0) against its API and gRPC round trips, N pairs at once against one.
+    Recycler(recycler::Args),
     /// Print the change per figure between two results files, without running anything.
     Compare { old: PathBuf, new: PathBuf },
     /// kube-sim's memory per object, in this fresh process (run by `kube-sim`; prints JSON).
@@ -76,7 +79,7 @@ struct AllArgs {
 
 /// Each suite's arguments for `all`: defaults, or tiny sizes (two sizes per controller suite, so
 /// the scaling curve is drawn too).
-const TINY: [(&str, &[&str]); 4] = [
+const TINY: [(&str, &[&str]); 5] = [
     (
         "kube-sim",
         &[
@@ -104,6 +107,19 @@ const TINY: [(&str, &[&str]); 4] = [
             "1,4",
             "--backends",
             "memory",
+        ],
+    ),
+    (
+        "recycler",
+        &[
+            "--pairs",
+            "2",
+            "--singles",
+            "1",
+            "--samples",
+            "1",
+            "--instances",
+            "1",
         ],
     ),
 ];
@@ -164,6 +180,7 @@ fn main() -> anyhow::Result<()> {
         Target::Nodeslo(_) => "nodeslo",
         Target::KubeSim(_) => "kube-sim",
         Target::Sidecars(_) => "sidecars",
+        Target::Recycler(_) => "recycler",
         Target::Compare { .. } | Target::KubeSimMemory { .. } => unreachable!("handled above"),
     };
     let new = Results { commit, rows };
@@ -202,6 +219,7 @@ async fn run(cli: &Cli) -> Result<Vec<(&'static str, Report)>> {
         Target::Nodeslo(args) => reports.push(("nodeslo", nodeslo::run(bin_dir, args).await?)),
         Target::KubeSim(args) => reports.push(("kube-sim", kube_sim::run(args).await?)),
         Target::Sidecars(args) => reports.push(("sidecars", sidecars::run(args).await?)),
+        Target::Recycler(args) => reports.push(("recycler", recycler::run(bin_dir, args).await?)),
         Target::Compare { .. } | Target::KubeSimMemory { .. } => {}
     }
     Ok(reports)
@@ -213,6 +231,7 @@ async fn run_suite(bin_dir: &Path, suite: &str, argv: &[&str]) -> Result<Report>
         "nodeslo" => nodeslo::run(bin_dir, &suite_args(argv)?).await,
         "machineclass" => machineclass::run(bin_dir, &suite_args(argv)?).await,
         "sidecars" => sidecars::run(&suite_args(argv)?).await,
+        "recycler" => recycler::run(bin_dir, &suite_args(argv)?).await,
         other => anyhow::bail!("unknown suite {other}"),
     }
 }

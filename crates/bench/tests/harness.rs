@@ -14,10 +14,17 @@ fn bin_dir() -> PathBuf {
         .parent()
         .expect("binary folder")
         .to_path_buf();
-    let needed = ["nodeslo-controller", "machineclass-controller"];
+    let needed = [
+        "nodeslo-controller",
+        "machineclass-controller",
+        "gw-recycler",
+        "gw-sidecar",
+        "router-sidecar",
+    ];
     if needed.iter().any(|bin| !dir.join(bin).exists()) {
         let status = Command::new(env!("CARGO"))
-            .args(["build", "--bin", needed[0], "--bin", needed[1]])
+            .arg("build")
+            .args(needed.iter().flat_map(|bin| ["--bin", *bin]))
             .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
             .status()
             .expect("running cargo build");
@@ -59,12 +66,16 @@ fn every_suite_runs_at_tiny_sizes_and_writes_json_and_svg_that_compare_reads() {
                 == ["figure", "value", "floor", "ratio", "target", "met"]),
         "{stdout}"
     );
-    for (index, suite) in ["kube-sim", "nodeslo", "machineclass", "sidecars"]
-        .iter()
-        .enumerate()
-    {
+    let suites = [
+        "kube-sim",
+        "nodeslo",
+        "machineclass",
+        "sidecars",
+        "recycler",
+    ];
+    for (index, suite) in suites.iter().enumerate() {
         assert!(
-            stderr.contains(&format!("[{}/4] {suite}", index + 1)),
+            stderr.contains(&format!("[{}/{}] {suite}", index + 1, suites.len())),
             "{stderr}"
         );
         assert!(
@@ -137,6 +148,10 @@ fn every_suite_runs_at_tiny_sizes_and_writes_json_and_svg_that_compare_reads() {
     assert_eq!(failed["floor"].as_f64(), Some(0.0), "{failed}");
     assert_eq!(failed["target"], "= 0");
     assert_eq!(failed["met"], true);
+    let recycle = figure("recycler: one recycle (median) vs its round trips");
+    assert!(recycle["floor"].as_f64().expect("floor") > 0.0);
+    assert_eq!(recycle["target"], "<= 2x");
+    figure("recycler: 2 pairs recycled at once vs one recycle");
 
     // An SVG per controller suite, named in the output, that parses as XML with drawn lines.
     let svgs = files_with_extension(out.path(), "svg");

@@ -1,0 +1,480 @@
+//! gw-recycler: one full recycle (drain delay 0) against the floor of its unavoidable API and gRPC
+//! round trips, each measured in the same run on the same kube-sims and sidecars; and N gateway
+//! pairs recycled at once against one. The real processes run: a hub and two worker kube-sims
+//! whose kubelet runs the `router-sidecar` and `gw-sidecar` binaries on their pod IPs, and one
+//! `gw-recycler` binary per worker (binaries, as the other suites: what a user runs, and immune to
+//! the library's internals changing).
+//!
+//! The floor, the recycle's unavoidable round trips each measured in the same run, is in [`floor`].
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use capstan_apis::networking::SliceGateway;
+use capstan_apis::worker::{State, WorkerSliceGwRecycler};
+use capstan_proto::router::VerifyRouteAddRequest;
+use capstan_proto::router::slice_router_sidecar_service_client::SliceRouterSidecarServiceClient;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tonic::transport::{Channel, Endpoint};
+
+mod floor;
+
+use crate::cluster::{Cluster, Controller};
+use crate::report::Report;
+use floor::Floor;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Gateway pairs recycled at once (compared with one recycle).
+    #[arg(long, default_value_t = 20)]
+    pairs: usize,
+    /// Single recycles measured one after the other (their median is "one recycle").
+    #[arg(long, default_value_t = 5)]
+    singles: usize,
+    /// Measurements of each round trip type of the floor (their median counts).
+    #[arg(long, default_value_t = 7)]
+    samples: usize,
+    /// Gateway instances per SliceGateway (gw-recycler's `--gateway-instances`).
+    #[arg(long, default_value_t = 2)]
+    instances: u32,
+}
+
+/// The image the gateway template and the router pod name; the kubelet runs its commands from
+/// the binaries folder.
+const IMAGE: &str = "ghcr.io/capstan/capstan";
+const HUB_NS: &str = "kubeslice-red";
+const NS: &str = "kubeslice-system";
+/// Where the floor's objects live: a namespace gw-recycler does not watch.
+const FLOOR_NS: &str = "capstan-bench-floor";
+const SLICE: &str = "red";
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One server/client SliceGateway pair and the current generation of each instance.
+struct Pair {
+    index: usize,
+    generations: Vec<u32>,
+}
+
+impl Pair {
+    fn server(&self) -> String {
+        format!("{SLICE}-s{:02}", self.index)
+    }
+    fn client(&self) -> String {
+        format!("{SLICE}-c{:02}", self.index)
+    }
+    fn deployment(gateway: &str, instance: u32, generation: u32) -> String {
+        format!("{gateway}-{instance}-{generation}")
+    }
+}
+
+pub async fn run(bin_dir: &Path, args: &Args) -> Result<Report> {
+    let bin_dir = bin_dir
+        .canonicalize()
+        .with_context(|| format!("binaries folder {}", bin_dir.display()))?;
+    for bin in ["gw-recycler", "gw-sidecar", "router-sidecar"] {
+        if !bin_dir.join(bin).exists() {
+            bail!(
+                "{} missing (build it with cargo xtask bench recycler)",
+                bin_dir.join(bin).display()
+            );
+        }
+    }
+    let scratch =
+        std::env::temp_dir().join(format!("capstan-bench-recycler-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    // Pod IPs: two /16s of 127/8 per run, apart from those the tests use.
+    let octet = 100 + (std::process::id() % 60) as u8 * 2;
+    eprintln!(
+        "recycler bench: {} single recycles, {} pairs at once, {} instances per gateway",
+        args.singles, args.pairs, args.instances
+    );
+    let hub = start_cluster(&scratch, "hub", None, &bin_dir).await?;
+    let server = start_cluster(&scratch, "server", Some(octet), &bin_dir).await?;
+    let client = start_cluster(&scratch, "client", Some(octet + 1), &bin_dir).await?;
+    let mut recyclers = Vec::new();
+    for worker in [&server, &client] {
+        recyclers.push(spawn_recycler(&bin_dir, worker, &hub, args.instances)?);
+    }
+
+    let mut pairs = vec![Pair {
+        index: 0,
+        generations: vec![0; args.instances as usize],
+    }];
+    add_gateways(&server, &client, &pairs).await?;
+    wait_serving(&server, &client, &pairs, args.instances).await?;
+
+    eprintln!(
+        "recycler bench: floor round trips ({} samples each)",
+        args.samples
+    );
+    let floor = Floor::measure(&hub, &client, args.samples).await?;
+
+    let mut singles = Vec::new();
+    for k in 0..args.singles.max(1) {
+        let instance = (k % args.instances as usize) as u32;
+        let took = recycle(&hub, &mut pairs[..], instance).await?;
+        eprintln!("recycler bench: single recycle {}: {took:.2?}", k + 1);
+        singles.push(took);
+    }
+    let one = median(singles.clone());
+
+    eprintln!("recycler bench: {} more pairs", args.pairs);
+    let mut many: Vec<Pair> = (1..=args.pairs)
+        .map(|index| Pair {
+            index,
+            generations: vec![0; args.instances as usize],
+        })
+        .collect();
+    add_gateways(&server, &client, &many).await?;
+    wait_serving(&server, &client, &many, args.instances).await?;
+    let concurrent = recycle(&hub, &mut many, 0).await?;
+    eprintln!(
+        "recycler bench: {} pairs at once: {concurrent:.2?}",
+        args.pairs
+    );
+    for recycler in recyclers {
+        recycler.stop().await?;
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+
+    let mut report = Report::new(format!(
+        "gw-recycler, drain delay 0, {} gateway instances",
+        args.instances
+    ));
+    report.ratio(
+        "one recycle (median) vs its round trips",
+        one,
+        floor.sum(),
+        "<= 2x",
+    );
+    report.ratio(
+        &format!("{} pairs recycled at once vs one recycle", args.pairs),
+        concurrent,
+        one,
+        "<= 3x",
+    );
+    report.row(
+        "single recycles",
+        format!("{}", singles.len()),
+        format!(
+            "each: {}",
+            singles
+                .iter()
+                .map(|d| format!("{d:.2?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    for (part, count, took) in floor.parts() {
+        report.row(
+            format!("floor part: {part}"),
+            format!("{took:?}"),
+            format!("x{count} in the floor"),
+        );
+    }
+    Ok(report)
+}
+
+/// A kube-sim with Capstan's CRDs and the bench's namespaces; a worker (with `octet`) also runs
+/// workloads, the sidecar binaries as containers, and the slice router pod.
+async fn start_cluster(
+    scratch: &Path,
+    name: &str,
+    octet: Option<u8>,
+    bin_dir: &Path,
+) -> Result<Cluster> {
+    let mut config = kube_sim::Config {
+        history_size: 100_000,
+        ..kube_sim::Config::default()
+    };
+    if let Some(octet) = octet {
+        config.simulate_workloads = true;
+        config.workloads.pod_cidr = format!("127.{octet}.0.0/16");
+        config.kubelet.exec_images = vec![(IMAGE.to_string(), bin_dir.to_path_buf())];
+    }
+    let sim = kube_sim::KubeSim::start(config).await?;
+    let client = sim.client()?;
+    capstan_testkit::install_capstan_crds(&client).await?;
+    let kubeconfig = scratch.join(format!("{name}.kubeconfig"));
+    sim.write_kubeconfig(&kubeconfig)?;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let own = if octet.is_some() { NS } else { HUB_NS };
+    for ns in [own, FLOOR_NS] {
+        namespaces
+            .create(
+                &PostParams::default(),
+                &from_json(json!({"metadata": {"name": ns}}))?,
+            )
+            .await?;
+    }
+    if octet.is_some() {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+        let router = json!({
+            "metadata": {"name": "vl3-slice-router-red", "namespace": NS,
+                         "labels": {"networkservicemesh.io/impl": format!("vl3-service-{SLICE}")}},
+            "spec": {"containers": [{
+                "name": "kubeslice-router-sidecar", "image": format!("{IMAGE}:bench"),
+                "command": ["router-sidecar"],
+                "args": ["--backend", "memory", "--listen", "$(POD_IP):5000",
+                         "--metrics-addr", "$(POD_IP):8080", "--log-level", "warn"],
+                "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+            }]}
+        });
+        pods.create(&PostParams::default(), &from_json(router)?)
+            .await?;
+    }
+    Ok(Cluster {
+        sim,
+        client,
+        kubeconfig,
+    })
+}
+
+fn spawn_recycler(
+    bin_dir: &Path,
+    worker: &Cluster,
+    hub: &Cluster,
+    instances: u32,
+) -> Result<Controller> {
+    let kubeconfig = worker.kubeconfig.to_string_lossy().into_owned();
+    let hub_kubeconfig = hub.kubeconfig.to_string_lossy().into_owned();
+    let instances = instances.to_string();
+    Controller::spawn(
+        &bin_dir.join("gw-recycler"),
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "--hub-kubeconfig",
+            &hub_kubeconfig,
+            "--hub-namespace",
+            HUB_NS,
+            "--drain-delay",
+            "0s",
+            "--step-timeout",
+            "2m",
+            "--gateway-instances",
+            &instances,
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--log-level",
+            "warn",
+        ],
+    )
+}
+
+/// Creates each pair's SliceGateways: the server one on `server`, the client one on `client`,
+/// each with its own remote subnet.
+async fn add_gateways(server: &Cluster, client: &Cluster, pairs: &[Pair]) -> Result<()> {
+    for pair in pairs {
+        for (cluster, name, host, octet) in [
+            (server, pair.server(), "Server", 2),
+            (client, pair.client(), "Client", 1),
+        ] {
+            let api: Api<SliceGateway> = Api::namespaced(cluster.client.clone(), NS);
+            let gw = json!({
+                "apiVersion": "networking.kubeslice.io/v1beta1", "kind": "SliceGateway",
+                "metadata": {"name": name, "namespace": NS}, "spec": {"sliceName": SLICE}
+            });
+            api.create(&PostParams::default(), &from_json(gw)?).await?;
+            let status = json!({"status": {"config": {
+                "sliceName": SLICE, "sliceGatewayName": name, "sliceGatewayHostType": host,
+                "sliceGatewayRemoteSubnet": subnet(octet, pair.index)
+            }}});
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+fn subnet(octet: u8, index: usize) -> String {
+    format!("10.{octet}.{index}.0/24")
+}
+
+/// Waits until every instance of every gateway of `pairs` runs its current deployment and the
+/// router routes the gateway's remote subnet via that pod.
+async fn wait_serving(
+    server: &Cluster,
+    client: &Cluster,
+    pairs: &[Pair],
+    instances: u32,
+) -> Result<()> {
+    let deadline = Instant::now() + TIMEOUT;
+    for (cluster, octet, server_side) in [(server, 2, true), (client, 1, false)] {
+        let mut router: Option<SliceRouterSidecarServiceClient<Channel>> = None;
+        let mut waiting: Vec<(String, String)> = pairs
+            .iter()
+            .flat_map(|pair| {
+                let gateway = if server_side {
+                    pair.server()
+                } else {
+                    pair.client()
+                };
+                (0..instances).map(move |i| {
+                    (
+                        Pair::deployment(&gateway, i, pair.generations[i as usize]),
+                        subnet(octet, pair.index),
+                    )
+                })
+            })
+            .collect();
+        while !waiting.is_empty() {
+            if Instant::now() > deadline {
+                bail!("gateways not serving after {TIMEOUT:?}: {waiting:?}");
+            }
+            let ips = running_pod_ips(cluster).await?;
+            if router.is_none()
+                && let Some(ip) = ips.get("router")
+            {
+                router = Some(SliceRouterSidecarServiceClient::new(channel(ip)?));
+            }
+            if let Some(router) = router.as_mut() {
+                let mut still = Vec::new();
+                for (deployment, subnet) in waiting {
+                    let present = match ips.get(&deployment) {
+                        Some(ip) => router
+                            .get_route_in_kernel(VerifyRouteAddRequest {
+                                nsm_ip: ip.clone(),
+                                dst_ip: subnet.clone(),
+                            })
+                            .await
+                            .is_ok_and(|r| r.into_inner().is_route_present),
+                        None => false,
+                    };
+                    if !present {
+                        still.push((deployment, subnet));
+                    }
+                }
+                waiting = still;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+/// IPs of the Running pods in the gateway namespace: gateway pods by deployment, the router as
+/// `router`.
+async fn running_pod_ips(cluster: &Cluster) -> Result<BTreeMap<String, String>> {
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), NS);
+    let mut ips = BTreeMap::new();
+    for pod in pods.list(&ListParams::default()).await? {
+        let Some(ip) = running_ip(&pod) else { continue };
+        let labels = pod.labels();
+        let key = if labels.contains_key("networkservicemesh.io/impl") {
+            "router".to_string()
+        } else if let Some(deployment) = labels.get("kubeslice.io/slice-gw-dep") {
+            deployment.clone()
+        } else {
+            continue;
+        };
+        ips.insert(key, ip);
+    }
+    Ok(ips)
+}
+
+fn running_ip(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    (pod.metadata.deletion_timestamp.is_none() && status.phase.as_deref() == Some("Running"))
+        .then(|| status.pod_ip.clone())
+        .flatten()
+}
+
+/// Recycles `instance` of every pair at once (the CRs a trigger creates) and returns the time
+/// from the first create until the last CR reads `end`.
+async fn recycle(hub: &Cluster, pairs: &mut [Pair], instance: u32) -> Result<Duration> {
+    let api: Api<WorkerSliceGwRecycler> = Api::namespaced(hub.client.clone(), HUB_NS);
+    let mut crs = Vec::new();
+    for pair in pairs.iter() {
+        let generation = pair.generations[instance as usize];
+        let server = Pair::deployment(&pair.server(), instance, generation);
+        let client = Pair::deployment(&pair.client(), instance, generation);
+        // A finished recycle of the same name (an earlier round) stays for --retention.
+        match api.delete(&server, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+        crs.push(from_json::<WorkerSliceGwRecycler>(json!({
+            "apiVersion": "worker.kubeslice.io/v1alpha1", "kind": "WorkerSliceGwRecycler",
+            "metadata": {"name": server, "namespace": HUB_NS,
+                         "labels": {"slice_name": SLICE, "slicegw_name": pair.server()}},
+            "spec": {"sliceGwServer": pair.server(), "sliceGwClient": pair.client(),
+                     "gwPair": {"serverId": server, "clientId": client},
+                     "state": "init", "request": "none", "sliceName": SLICE}
+        }))?);
+    }
+    let names: HashSet<String> = crs.iter().map(|cr| cr.name_any()).collect();
+    let ended = wait_ended(api.clone(), names);
+    let create = PostParams::default();
+    let started = Instant::now();
+    futures::future::try_join_all(crs.iter().map(|cr| api.create(&create, cr))).await?;
+    ended.await.context("recycle watch")??;
+    let took = started.elapsed();
+    for pair in pairs.iter_mut() {
+        let generation = &mut pair.generations[instance as usize];
+        *generation = 1 - *generation;
+    }
+    Ok(took)
+}
+
+/// Resolves when every CR of `names` reads `end`; fails on `error_state`.
+fn wait_ended(
+    api: Api<WorkerSliceGwRecycler>,
+    mut names: HashSet<String>,
+) -> tokio::task::JoinHandle<Result<()>> {
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(
+            watcher(api, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+        );
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        while !names.is_empty() {
+            let next = tokio::time::timeout_at(deadline, events.next())
+                .await
+                .with_context(|| format!("recycles not ended after {TIMEOUT:?}: {names:?}"))?;
+            let Some(cr) = next.transpose()? else {
+                bail!("watch ended")
+            };
+            match cr.state() {
+                State::End => {
+                    names.remove(&cr.name_any());
+                }
+                State::Error => bail!(
+                    "recycle {} ended in error_state: {:?}",
+                    cr.name_any(),
+                    cr.status
+                ),
+                _ => {}
+            }
+        }
+        Ok(())
+    })
+}
+
+/// A lazily connected channel to a sidecar on `ip`, set up as gw-recycler's.
+fn channel(ip: &str) -> Result<Channel> {
+    Ok(Endpoint::from_shared(format!("http://{ip}:5000"))?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(2))
+        .tcp_nodelay(true)
+        .connect_lazy())
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
+fn from_json<K: DeserializeOwned>(value: Value) -> Result<K> {
+    Ok(serde_json::from_value(value)?)
+}
