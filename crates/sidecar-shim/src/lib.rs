@@ -16,6 +16,7 @@
 pub mod backend;
 pub mod bench;
 pub mod gw;
+pub mod kernel_cache;
 pub mod metrics;
 pub mod net;
 pub mod netns;
