@@ -167,7 +167,9 @@ where
         + Sync
         + 'static,
 {
-    let events = watcher(api, watcher::Config::default()).default_backoff();
+    let events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(forget_managed_fields);
     reflector::reflector(writer, events)
         .map_ok(move |event| {
             let touched = {
@@ -190,6 +192,12 @@ where
             event
         })
         .touched_objects()
+}
+
+/// No decision reads `managedFields`, and with a few writers per object they are a large part of
+/// each cached Machine and Node: the reflectors keep objects without them (peak RSS).
+fn forget_managed_fields<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
 }
 
 fn class_of(machine: &Machine) -> BTreeSet<String> {
@@ -286,12 +294,16 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
     );
     let secret_stream = reflector::reflector(
         secret_writer,
-        watcher(secrets_api, watcher::Config::default()).default_backoff(),
+        watcher(secrets_api, watcher::Config::default())
+            .default_backoff()
+            .modify(forget_managed_fields),
     )
     .touched_objects();
     let node_stream = reflector::reflector(
         node_writer,
-        watcher(nodes_api, watcher::Config::default()).default_backoff(),
+        watcher(nodes_api, watcher::Config::default())
+            .default_backoff()
+            .modify(forget_managed_fields),
     )
     .touched_objects();
 

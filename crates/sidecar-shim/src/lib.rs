@@ -14,6 +14,7 @@
 
 pub mod backend;
 pub mod gw;
+pub mod kernel_cache;
 pub mod metrics;
 pub mod net;
 pub mod netns;

@@ -47,35 +47,41 @@ impl Netlink {
 /// or in the caller's own namespace, and drives it on the current Tokio runtime.
 pub fn connect(netns: Option<&Path>) -> Result<rtnetlink::Handle, BackendError> {
     let runtime = tokio::runtime::Handle::current();
-    let open = move |netns: Option<PathBuf>| -> Result<rtnetlink::Handle, BackendError> {
+    in_namespace(netns, move || {
         let _entered = runtime.enter();
-        if let Some(path) = netns {
-            let file = std::fs::File::open(&path).map_err(|error| {
-                BackendError::Kernel(format!(
-                    "open network namespace {}: {error}",
-                    path.display()
-                ))
-            })?;
-            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|error| {
-                BackendError::Kernel(format!(
-                    "join network namespace {}: {error}",
-                    path.display()
-                ))
-            })?;
-        }
         let (connection, handle, _messages) = rtnetlink::new_connection()?;
         tokio::spawn(connection);
         Ok(handle)
+    })
+}
+
+/// Runs `open` in the namespace at `netns` (on a short-lived thread that joins it), or on the
+/// calling thread when `None`: sockets it creates belong to that namespace.
+pub fn in_namespace<T: Send + 'static>(
+    netns: Option<&Path>,
+    open: impl FnOnce() -> Result<T, BackendError> + Send + 'static,
+) -> Result<T, BackendError> {
+    let Some(path) = netns else {
+        return open();
     };
-    match netns {
-        None => open(None),
-        Some(path) => {
-            let path = path.to_path_buf();
-            std::thread::spawn(move || open(Some(path)))
-                .join()
-                .map_err(|_| BackendError::Kernel("netns thread panicked".into()))?
-        }
-    }
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).map_err(|error| {
+            BackendError::Kernel(format!(
+                "open network namespace {}: {error}",
+                path.display()
+            ))
+        })?;
+        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|error| {
+            BackendError::Kernel(format!(
+                "join network namespace {}: {error}",
+                path.display()
+            ))
+        })?;
+        open()
+    })
+    .join()
+    .map_err(|_| BackendError::Kernel("netns thread panicked".into()))?
 }
 
 /// Resolves `--netns` values: a bare name means `/run/netns/NAME` (as `ip netns` creates).

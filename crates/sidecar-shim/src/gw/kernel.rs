@@ -17,8 +17,9 @@ use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute};
 use super::tunnel::{Counters, TunnelHealth, TunnelTracker};
 use super::{GatewayRoute, GwBackend, NSM_INTERFACE};
 use crate::backend::BackendError;
+use crate::kernel_cache::{Cached, groups};
 use crate::netns::Netlink;
-use crate::router::kernel::{LinkAddress, link_address_v4, route_message};
+use crate::router::kernel::{link_address_v4, route_message};
 
 /// Interfaces whose name starts with this are tunnel interfaces.
 pub const TUNNEL_PREFIX: &str = "tun";
@@ -31,6 +32,9 @@ pub struct KernelGw {
     netns: Option<PathBuf>,
     tracker: Arc<Mutex<TunnelTracker>>,
     monitor: tokio::task::JoinHandle<()>,
+    /// What `GetStatus` reads of links and addresses, dumped again only after a link or address
+    /// notification (the counters come from the monitor, not from here).
+    links: Cached<LinkState>,
 }
 
 impl Drop for KernelGw {
@@ -39,9 +43,66 @@ impl Drop for KernelGw {
     }
 }
 
+/// The `nsm0` address and the tunnel interface with its address, as one dump saw them.
+#[derive(Debug, Clone, Default)]
+struct LinkState {
+    nsm_ip: String,
+    tunnel: Option<TunnelAddress>,
+}
+
+#[derive(Debug, Clone)]
+struct TunnelAddress {
+    name: String,
+    local_ip: String,
+    peer_ip: String,
+}
+
+/// One link dump and one address dump.
+async fn link_state(handle: &Handle) -> Result<LinkState, BackendError> {
+    let links = links(handle).await?;
+    let nsm = links
+        .iter()
+        .find(|link| link_name(link) == Some(NSM_INTERFACE))
+        .map(|link| link.header.index);
+    let tunnel = links
+        .iter()
+        .filter_map(|link| {
+            let name = link_name(link).filter(|name| name.starts_with(TUNNEL_PREFIX))?;
+            Some((name, link.header.index))
+        })
+        .min_by(|a, b| a.0.cmp(b.0));
+    if nsm.is_none() && tunnel.is_none() {
+        return Ok(LinkState::default());
+    }
+    let messages: Vec<AddressMessage> = handle.address().get().execute().try_collect().await?;
+    // The first IPv4 address of a link, in the kernel's order (as a filtered dump gives it).
+    let first_address = |index: u32| {
+        messages
+            .iter()
+            .filter(|message| message.header.index == index)
+            .find_map(link_address_v4)
+    };
+    Ok(LinkState {
+        nsm_ip: nsm
+            .and_then(first_address)
+            .map(|a| a.local.to_string())
+            .unwrap_or_default(),
+        tunnel: tunnel.map(|(name, index)| {
+            let address = first_address(index);
+            TunnelAddress {
+                name: name.to_owned(),
+                local_ip: address.map(|a| a.local.to_string()).unwrap_or_default(),
+                peer_ip: address
+                    .and_then(|a| a.peer)
+                    .map(|p| p.to_string())
+                    .unwrap_or_default(),
+            }
+        }),
+    })
+}
+
 struct TunnelLink {
     name: String,
-    index: u32,
     counters: Counters,
 }
 
@@ -51,13 +112,24 @@ impl KernelGw {
     pub fn connect(netns: Option<&Path>, check_interval: Duration) -> Result<Self, BackendError> {
         let netlink = Netlink::connect(netns)?;
         let tracker = Arc::new(Mutex::new(TunnelTracker::new()));
+        let links = Cached::subscribe(netns, groups::LINK | groups::IPV4_IFADDR)?;
         let monitor = tokio::spawn(monitor(netlink.clone(), tracker.clone(), check_interval));
         Ok(Self {
             netlink,
             netns: netns.map(Path::to_path_buf),
             tracker,
             monitor,
+            links,
         })
+    }
+
+    async fn link_state(&self) -> Result<LinkState, BackendError> {
+        self.links
+            .get(|| async {
+                let netlink = self.netlink.lock().await;
+                link_state(netlink.handle).await
+            })
+            .await
     }
 
     fn health_of(&self, interface: &str) -> TunnelHealth {
@@ -79,17 +151,6 @@ fn link_name(link: &LinkMessage) -> Option<&str> {
         LinkAttribute::IfName(name) => Some(name.as_str()),
         _ => None,
     })
-}
-
-async fn addresses(handle: &Handle, index: u32) -> Result<Vec<LinkAddress>, BackendError> {
-    let messages: Vec<AddressMessage> = handle
-        .address()
-        .get()
-        .set_link_index_filter(index)
-        .execute()
-        .try_collect()
-        .await?;
-    Ok(messages.iter().filter_map(link_address_v4).collect())
 }
 
 /// The first `tun*` link by name, with its counters.
@@ -114,7 +175,6 @@ async fn tunnel_link(handle: &Handle) -> Result<Option<TunnelLink>, BackendError
                 .unwrap_or_default();
             Some(TunnelLink {
                 name: name.to_owned(),
-                index: link.header.index,
                 counters,
             })
         })
@@ -144,41 +204,21 @@ async fn monitor(netlink: Netlink, tracker: Arc<Mutex<TunnelTracker>>, every: Du
 #[tonic::async_trait]
 impl GwBackend for KernelGw {
     async fn nsm_ip(&self) -> Result<String, BackendError> {
-        let netlink = self.netlink.lock().await;
-        let links = links(netlink.handle).await?;
-        let Some(nsm) = links
-            .iter()
-            .find(|link| link_name(link) == Some(NSM_INTERFACE))
-        else {
-            return Ok(String::new());
-        };
-        let addresses = addresses(netlink.handle, nsm.header.index).await?;
-        Ok(addresses
-            .first()
-            .map(|a| a.local.to_string())
-            .unwrap_or_default())
+        Ok(self.link_state().await?.nsm_ip)
     }
 
     async fn tunnel_status(&self) -> Result<TunnelInterfaceStatus, BackendError> {
-        let netlink = self.netlink.lock().await;
-        let Some(link) = tunnel_link(netlink.handle).await? else {
+        let Some(tunnel) = self.link_state().await?.tunnel else {
             return Ok(TunnelInterfaceStatus {
                 status: TunnelStatusType::GwTunnelStateDown as i32,
                 ..Default::default()
             });
         };
-        let address = addresses(netlink.handle, link.index)
-            .await?
-            .into_iter()
-            .next();
-        let health = self.health_of(&link.name);
+        let health = self.health_of(&tunnel.name);
         Ok(TunnelInterfaceStatus {
-            net_interface: link.name,
-            local_ip: address.map(|a| a.local.to_string()).unwrap_or_default(),
-            peer_ip: address
-                .and_then(|a| a.peer)
-                .map(|p| p.to_string())
-                .unwrap_or_default(),
+            net_interface: tunnel.name,
+            local_ip: tunnel.local_ip,
+            peer_ip: tunnel.peer_ip,
             // Latency needs active probing, which this backend does not do.
             latency: 0,
             tx_rate: health.tx_rate,

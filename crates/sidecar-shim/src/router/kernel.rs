@@ -3,6 +3,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
+use std::sync::Arc;
 
 use capstan_proto::router::ConnectionInfo;
 use futures::TryStreamExt;
@@ -15,6 +16,7 @@ use rtnetlink::{RouteMessageBuilder, RouteNextHopBuilder};
 
 use super::{NextHops, RouterBackend};
 use crate::backend::BackendError;
+use crate::kernel_cache::{Cached, groups};
 use crate::net::Cidr;
 use crate::netns::Netlink;
 
@@ -29,6 +31,10 @@ const ESRCH: i32 = 3;
 #[derive(Debug, Clone)]
 pub struct KernelRouter {
     netlink: Netlink,
+    /// The main table's unicast routes per family, dumped again only after a route
+    /// notification (our own writes included).
+    ipv4_routes: Arc<Cached<Arc<Vec<RouteMessage>>>>,
+    ipv6_routes: Arc<Cached<Arc<Vec<RouteMessage>>>>,
 }
 
 impl KernelRouter {
@@ -36,10 +42,23 @@ impl KernelRouter {
     pub fn connect(netns: Option<&Path>) -> Result<Self, BackendError> {
         Ok(Self {
             netlink: Netlink::connect(netns)?,
+            ipv4_routes: Arc::new(Cached::subscribe(netns, groups::IPV4_ROUTE)?),
+            ipv6_routes: Arc::new(Cached::subscribe(netns, groups::IPV6_ROUTE)?),
         })
     }
 
-    async fn main_table_routes(&self, ipv4: bool) -> Result<Vec<RouteMessage>, BackendError> {
+    async fn main_table_routes(&self, ipv4: bool) -> Result<Arc<Vec<RouteMessage>>, BackendError> {
+        let cache = if ipv4 {
+            &self.ipv4_routes
+        } else {
+            &self.ipv6_routes
+        };
+        cache
+            .get(|| async { Ok(Arc::new(self.dump_main_table_routes(ipv4).await?)) })
+            .await
+    }
+
+    async fn dump_main_table_routes(&self, ipv4: bool) -> Result<Vec<RouteMessage>, BackendError> {
         let query = if ipv4 {
             RouteMessageBuilder::<Ipv4Addr>::new().build()
         } else {
