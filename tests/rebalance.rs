@@ -10,10 +10,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-mod common;
-use common::{CLIENT_GW, Cluster, HUB_NS, NS, SERVER_GW, SERVER_REMOTE_SUBNET, Worker, eventually};
-
-const WAIT: u64 = 60;
+use capstan_scenarios::slice::{CLIENT_GW, Cluster, HUB_NS, NS, SERVER_GW, Testbed, WAIT, Worker};
+use capstan_testkit::eventually;
 
 async fn recyclers(hub: &Cluster) -> Vec<WorkerSliceGwRecycler> {
     let api: Api<WorkerSliceGwRecycler> = Api::namespaced(hub.client.clone(), HUB_NS);
@@ -39,8 +37,7 @@ async fn gateway_pod_nodes(worker: &Worker) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_holding_more_than_its_share_of_gateway_pods_gets_one_recycle() {
-    let hub = Cluster::start("127.120.0.0/16", HUB_NS).await;
-    let server = Worker::start("127.121.0.0/16", SERVER_GW, "Server", SERVER_REMOTE_SUBNET).await;
+    let Testbed { hub, server, .. } = Testbed::start(88).await;
     let gateways: Api<SliceGateway> = Api::namespaced(server.cluster.client.clone(), NS);
     let remote = json!({"status": {"config": {"sliceGatewayRemoteGatewayId": CLIENT_GW}}});
     gateways
@@ -51,7 +48,7 @@ async fn a_node_holding_more_than_its_share_of_gateway_pods_gets_one_recycle() {
 
     // Both gateway pods land on kube-sim's only node; label it a gateway node: one usable node,
     // no rebalancing.
-    let crowded = eventually(WAIT, "two gateway pods on one node", || async {
+    let crowded = eventually("two gateway pods on one node", WAIT, || async {
         let nodes = gateway_pod_nodes(&server).await;
         (nodes.len() == 2 && nodes[0] == nodes[1]).then(|| nodes[0].clone())
     })
@@ -77,7 +74,7 @@ async fn a_node_holding_more_than_its_share_of_gateway_pods_gets_one_recycle() {
         .await
         .expect("second gateway node");
 
-    let cr = eventually(WAIT, "a rebalancing recycle on the hub", || async {
+    let cr = eventually("a rebalancing recycle on the hub", WAIT, || async {
         recyclers(&hub).await.into_iter().next()
     })
     .await;
@@ -97,7 +94,7 @@ async fn a_node_holding_more_than_its_share_of_gateway_pods_gets_one_recycle() {
     // The recycle runs (the server asks for the new deployment and the gateway reconciler
     // creates it: more events on the gateway) and no second recycle starts meanwhile.
     let deployments: Api<Deployment> = Api::namespaced(server.cluster.client.clone(), NS);
-    eventually(WAIT, "the recycle's new gateway deployment", || async {
+    eventually("the recycle's new gateway deployment", WAIT, || async {
         deployments.get_opt("red-a-b-0-1").await.ok().flatten()
     })
     .await;
