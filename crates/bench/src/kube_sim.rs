@@ -307,7 +307,7 @@ async fn creates_with_data_dir(n: usize, concurrency: usize) -> Result<f64> {
     .await?;
     let api: Api<ConfigMap> = Api::namespaced(sim.client()?, "default");
     let started = Instant::now();
-    let created = for_each(n, concurrency, |i| {
+    let created = for_each(0..n, concurrency, |i| {
         let api = api.clone();
         async move {
             api.create(&PostParams::default(), &config_map(i, 0))
