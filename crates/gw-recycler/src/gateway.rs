@@ -32,8 +32,8 @@ pub struct GatewayReconciler {
     pub template: GatewayTemplate,
     pub sidecars: Sidecars,
     pub manager: String,
-    /// Last next hops pushed per (gateway, router pod uid): pushed again when they change, to a
-    /// new router pod, or after a failed push.
+    /// Last next hops pushed per (gateway, router incarnation): pushed again when they change, to a
+    /// new router pod or a restarted router container, or after a failed push.
     pushed: Mutex<HashMap<(String, String), Vec<String>>>,
 }
 

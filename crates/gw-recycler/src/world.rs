@@ -122,12 +122,27 @@ impl World {
         self.router(slice).map(|(_, ip)| ip)
     }
 
-    /// The uid and IP of the slice's Running router pod (a replaced pod may reuse the IP).
+    /// The incarnation and IP of the slice's Running router pod (a replaced pod may reuse the IP).
     pub fn router(&self, slice: &str) -> Option<(String, String)> {
         self.running_pods(LABEL_NSM_IMPL, &slice_router_impl_label(slice))
             .into_iter()
-            .find_map(|p| Some((p.metadata.uid.clone().unwrap_or_default(), pod_ip(&p)?)))
+            .find_map(|p| Some((incarnation(&p), pod_ip(&p)?)))
     }
+}
+
+/// What changes whenever the pod's processes may have lost their state: its uid (a replaced pod)
+/// and its containers' restart counts (a container restarted in place, e.g. after kill -9, starts
+/// with an empty memory backend), so next hops are pushed again to a fresh router.
+pub fn incarnation(pod: &Pod) -> String {
+    let restarts: i64 = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map_or(0, |cs| cs.iter().map(|c| i64::from(c.restart_count)).sum());
+    format!(
+        "{}/{restarts}",
+        pod.metadata.uid.as_deref().unwrap_or_default()
+    )
 }
 
 pub fn label<'a, K: Resource>(obj: &'a K, key: &str) -> Option<&'a str> {
@@ -170,4 +185,27 @@ pub fn remote_subnet(gateway: &SliceGateway) -> Option<String> {
         .config()
         .and_then(|c| c.slice_gateway_remote_subnet.clone())
         .filter(|s| !s.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uid: &str, restarts: &[i32]) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "router", "uid": uid},
+            "status": {"containerStatuses": restarts.iter().map(|r| serde_json::json!({
+                "name": "c", "image": "i", "imageID": "", "ready": true, "restartCount": r
+            })).collect::<Vec<_>>()}
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn a_container_restart_or_a_new_pod_is_a_new_incarnation() {
+        let first = incarnation(&pod("u1", &[0, 0]));
+        assert_eq!(first, incarnation(&pod("u1", &[0, 0])));
+        assert_ne!(first, incarnation(&pod("u1", &[0, 1])));
+        assert_ne!(first, incarnation(&pod("u2", &[0, 0])));
+    }
 }
