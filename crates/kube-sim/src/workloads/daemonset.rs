@@ -4,8 +4,8 @@
 //! (`maxUnavailable`, default 1) and the status counts `kubectl rollout status` reads.
 
 use super::{
-    PassReport, WorkloadError, all, controller_uid, deleting, name, namespace, opts, owner_ref,
-    pod_ready, strip_zeroes, uid, write_err,
+    PassReport, WorkloadError, all, controller_uid, deleting, name, namespace, opts, pod_ready,
+    strip_zeroes, uid, write_err,
 };
 use crate::cluster::{Cluster, DeleteOptions, Sub};
 use crate::registry::ResourceInfo;
@@ -77,29 +77,25 @@ fn template_hash(ds: &Value) -> String {
     super::pod_template_hash(&ds["spec"]["template"])
 }
 
-/// A new daemon pod for `node`: bound by node affinity, as the controller does, and to the node.
+/// A new daemon pod for `node`: a Pod of the template (as a ReplicaSet makes one), labelled with
+/// the template's hash and generation, bound by node affinity, as the controller does, and to the node.
 fn daemon_pod(ds: &Value, node: &str, hash: &str) -> Value {
-    let template = &ds["spec"]["template"];
-    let mut metadata = template["metadata"].clone();
-    if !metadata.is_object() {
-        metadata = json!({});
-    }
-    metadata["labels"][HASH_LABEL] = json!(hash);
-    metadata["labels"]["pod-template-generation"] = json!(
+    let mut pod = super::replicaset::desired_pod_of(ds, "apps/v1", "DaemonSet");
+    let labels = &mut pod["metadata"]["labels"];
+    labels[HASH_LABEL] = json!(hash);
+    labels["pod-template-generation"] = json!(
         ds["metadata"]["generation"]
             .as_i64()
             .unwrap_or(1)
             .to_string()
     );
-    metadata["generateName"] = json!(format!("{}-", name(ds)));
-    metadata["namespace"] = json!(namespace(ds));
-    metadata["ownerReferences"] = json!([owner_ref(ds, "apps/v1", "DaemonSet")]);
     let mut spec = pod_spec(ds);
     spec["affinity"]["nodeAffinity"] = json!({"requiredDuringSchedulingIgnoredDuringExecution":
         {"nodeSelectorTerms": [{"matchFields": [
             {"key": "metadata.name", "operator": "In", "values": [node]}]}]}});
     spec["nodeName"] = json!(node);
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
+    pod["spec"] = spec;
+    pod
 }
 
 /// `maxUnavailable` of a RollingUpdate (an integer or a percentage of `desired`, at least 1).

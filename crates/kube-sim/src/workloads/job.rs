@@ -54,13 +54,6 @@ fn condition(kind: &str, (reason, message): (&str, &str), now: &str) -> Value {
            "lastProbeTime": now, "lastTransitionTime": now})
 }
 
-/// A new Pod of the Job's template.
-fn job_pod(job: &Value) -> Value {
-    let mut pod = super::replicaset::desired_pod_of(job, "batch/v1", "Job");
-    pod["metadata"]["generateName"] = json!(format!("{}-", name(job)));
-    pod
-}
-
 /// Jobs -> Pods and status.
 pub(super) fn sync(
     cluster: &mut Cluster,
@@ -129,7 +122,12 @@ pub(super) fn sync(
             let want = parallelism.min(completions - succeeded);
             while active_now < want {
                 cluster
-                    .create(pods_info, namespace(&job), job_pod(&job), &opts(MANAGER))
+                    .create(
+                        pods_info,
+                        namespace(&job),
+                        super::replicaset::desired_pod_of(&job, "batch/v1", "Job"),
+                        &opts(MANAGER),
+                    )
                     .map_err(|e| write_err("a Job Pod", &e))?;
                 report.writes += 1;
                 active_now += 1;

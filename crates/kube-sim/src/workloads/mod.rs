@@ -551,4 +551,53 @@ mod tests {
             &json!({"tolerations": [{"key": "k", "operator": "Exists", "effect": "NoExecute"}]})
         ));
     }
+
+    #[test]
+    fn a_simulated_job_pod_succeeds_one_pass_after_it_runs() {
+        let mut c = Cluster::new(1000);
+        let sim = simulation();
+        let jobs = c
+            .registry
+            .lookup("batch", "v1", "jobs")
+            .cloned()
+            .expect("built in");
+        let body = json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "once", "namespace": "default"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "busybox"}]}}}});
+        c.create(&jobs, "default", body, &WriteOptions::default())
+            .expect("created");
+        // The pod's phase after each pass, until it has one.
+        let mut phases = Vec::new();
+        for _ in 0..6 {
+            reconcile(&mut c, &sim).expect("pass");
+            let pods = pods(&c);
+            assert!(pods.len() <= 1, "completions 1, parallelism 1: {pods:?}");
+            if let Some(p) = pods.first() {
+                phases.push(p["status"]["phase"].as_str().unwrap_or("").to_string());
+            }
+        }
+        let running = phases.iter().position(|p| p == "Running");
+        let succeeded = phases.iter().position(|p| p == "Succeeded");
+        assert!(
+            matches!((running, succeeded), (Some(r), Some(s)) if s == r + 1),
+            "Running, then Succeeded the next pass: {phases:?}"
+        );
+        let job = c
+            .store
+            .get(
+                &("batch".into(), "jobs".into()),
+                &("default".into(), "once".into()),
+            )
+            .expect("job");
+        assert_eq!(job["status"]["succeeded"], 1, "{job}");
+        assert!(
+            job["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Complete" && c["status"] == "True"),
+            "{job}"
+        );
+    }
 }
