@@ -13,11 +13,35 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 const MANAGER: &str = "kube-controller-manager";
+/// The annotation numbering a Deployment's ReplicaSets in rollout order (`kubectl rollout
+/// history` and `undo` read it); the Deployment carries its current one's.
+const REVISION: &str = "deployment.kubernetes.io/revision";
 
-/// A stable hash of a pod template, spelled with kube's "safe" alphabet (no vowels).
+fn revision(object: &Value) -> u64 {
+    object["metadata"]["annotations"][REVISION]
+        .as_str()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A stable hash of a pod template, spelled with kube's "safe" alphabet (no vowels). Null fields
+/// count as absent, as in the typed template upstream hashes (`kubectl rollout undo` sends back
+/// a template with `creationTimestamp: null`, which must find its old ReplicaSet).
 pub fn pod_template_hash(template: &Value) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let text = serde_json::to_string(template).unwrap_or_default();
+    fn without_nulls(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(
+                m.iter()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, v)| (k.clone(), without_nulls(v)))
+                    .collect(),
+            ),
+            Value::Array(a) => Value::Array(a.iter().map(without_nulls).collect()),
+            other => other.clone(),
+        }
+    }
+    let text = serde_json::to_string(&without_nulls(template)).unwrap_or_default();
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.bytes() {
         h ^= u64::from(b);
@@ -69,27 +93,41 @@ pub(super) fn sync_replicasets(
             continue;
         }
         let hash = pod_template_hash(&d["spec"]["template"]);
-        let want = desired_replicaset(&d, &hash);
+        let mut want = desired_replicaset(&d, &hash);
         let want_name = name(&want).to_string();
         let owned: Vec<&Arc<Value>> = replicasets
             .iter()
             .filter(|rs| controller_uid(rs) == Some(uid(&d)))
             .collect();
-        if !owned.iter().any(|rs| name(rs) == want_name) {
+        // As the upstream controller numbers them: the current template's ReplicaSet is one past
+        // every other (so a rollback renumbers the old one it returns to).
+        let next = owned
+            .iter()
+            .filter(|rs| name(rs) != want_name)
+            .map(|rs| revision(rs))
+            .max()
+            .unwrap_or(0)
+            + 1;
+        let existing = owned.iter().find(|rs| name(rs) == want_name);
+        let current_revision = existing
+            .map_or(next, |rs| revision(rs).max(next))
+            .to_string();
+        if existing.is_none() {
+            want["metadata"]["annotations"][REVISION] = json!(current_revision);
             cluster
                 .create(&i.replicasets, namespace(&d), want, &opts(MANAGER))
                 .map_err(|e| write_err("a ReplicaSet", &e))?;
             report.writes += 1;
         }
         for rs in owned {
-            let target = if name(rs) == want_name {
-                replicas(&d)
+            let mut updated = (**rs).clone();
+            if name(rs) == want_name {
+                updated["spec"]["replicas"] = json!(replicas(&d));
+                updated["metadata"]["annotations"][REVISION] = json!(current_revision);
             } else {
-                0
-            };
-            if rs["spec"]["replicas"].as_i64() != Some(target) && !deleting(rs) {
-                let mut updated = (**rs).clone();
-                updated["spec"]["replicas"] = json!(target);
+                updated["spec"]["replicas"] = json!(0);
+            }
+            if updated != **rs && !deleting(rs) {
                 cluster
                     .update(
                         &i.replicasets,
@@ -102,6 +140,21 @@ pub(super) fn sync_replicasets(
                     .map_err(|e| write_err("a ReplicaSet", &e))?;
                 report.writes += 1;
             }
+        }
+        if d["metadata"]["annotations"][REVISION] != json!(current_revision) {
+            let mut updated = (*d).clone();
+            updated["metadata"]["annotations"][REVISION] = json!(current_revision);
+            cluster
+                .update(
+                    &i.deployments,
+                    namespace(&d),
+                    name(&d),
+                    updated,
+                    Sub::Main,
+                    &opts(MANAGER),
+                )
+                .map_err(|e| write_err("a Deployment", &e))?;
+            report.writes += 1;
         }
     }
     Ok(())

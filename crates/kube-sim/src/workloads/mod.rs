@@ -288,6 +288,7 @@ pub fn spawn(shared: Arc<Shared>, sim: Simulation, simulate: bool) -> tokio::tas
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::Sub;
     use std::collections::BTreeMap;
 
     fn deploy(cluster: &mut Cluster, replicas: i64) {
@@ -598,6 +599,91 @@ mod tests {
                 .flatten()
                 .any(|c| c["type"] == "Complete" && c["status"] == "True"),
             "{job}"
+        );
+    }
+
+    #[test]
+    fn replicasets_are_numbered_in_rollout_order_and_a_rollback_renumbers_the_old_one() {
+        let mut c = Cluster::new(1000);
+        let sim = simulation();
+        deploy(&mut c, 1);
+        settle(&mut c, &sim);
+        let info = c
+            .registry
+            .lookup("apps", "v1", "deployments")
+            .cloned()
+            .expect("built in");
+        let key = (String::from("default"), String::from("web"));
+        let deployments = ("apps".to_string(), "deployments".to_string());
+        let get = |c: &Cluster| c.store.get(&deployments, &key).expect("deployment");
+        let original = get(&c)["spec"]["template"].clone();
+        let set_template = |c: &mut Cluster, template: Value| {
+            let mut d = (*c.store.get(&deployments, &key).expect("deployment")).clone();
+            d["spec"]["template"] = template;
+            c.update(
+                &info,
+                "default",
+                "web",
+                d,
+                Sub::Main,
+                &WriteOptions::default(),
+            )
+            .expect("updated");
+        };
+        // What `kubectl rollout restart` does.
+        let mut restarted = original.clone();
+        restarted["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = json!("now");
+        set_template(&mut c, restarted);
+        settle(&mut c, &sim);
+        let revisions = |c: &Cluster| -> BTreeMap<String, (String, i64)> {
+            let rs_info = c
+                .registry
+                .lookup("apps", "v1", "replicasets")
+                .cloned()
+                .expect("rs");
+            all(c, &rs_info)
+                .iter()
+                .map(|rs| {
+                    (
+                        name(rs).to_string(),
+                        (
+                            rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_string(),
+                            rs["spec"]["replicas"].as_i64().unwrap_or(-1),
+                        ),
+                    )
+                })
+                .collect()
+        };
+        let first = format!("web-{}", pod_template_hash(&original));
+        let after_restart = revisions(&c);
+        assert_eq!(after_restart.len(), 2, "{after_restart:?}");
+        assert_eq!(after_restart[&first], ("1".to_string(), 0));
+        assert!(
+            after_restart.values().any(|r| *r == ("2".to_string(), 1)),
+            "{after_restart:?}"
+        );
+        assert_eq!(
+            get(&c)["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+            "2"
+        );
+        // What `kubectl rollout undo` sends back: the old template, with a null creationTimestamp.
+        let mut undone = original.clone();
+        undone["metadata"]["creationTimestamp"] = Value::Null;
+        set_template(&mut c, undone);
+        settle(&mut c, &sim);
+        let after_undo = revisions(&c);
+        assert_eq!(
+            after_undo.len(),
+            2,
+            "the old ReplicaSet is reused: {after_undo:?}"
+        );
+        assert_eq!(after_undo[&first], ("3".to_string(), 1));
+        assert_eq!(
+            get(&c)["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+            "3"
         );
     }
 }
