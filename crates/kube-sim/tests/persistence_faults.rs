@@ -85,18 +85,23 @@ async fn a_full_disk_fails_writes_and_loses_nothing_acknowledged() {
     sim.shutdown().await;
 
     let again = common::start_with(config()).await;
-    let (_, list) = common::raw_json(&again, "GET", CMS, "application/json", "").await;
-    let names: BTreeSet<String> = list["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .filter_map(|i| i["metadata"]["name"].as_str().map(String::from))
-        .collect();
+    let names = configmap_names(&again).await;
     assert_eq!(
         names, acknowledged,
         "exactly the acknowledged writes survive"
     );
     again.shutdown().await;
+}
+
+/// The ConfigMaps a (restarted) server holds.
+async fn configmap_names(sim: &kube_sim::KubeSim) -> BTreeSet<String> {
+    let (_, list) = common::raw_json(sim, "GET", CMS, "application/json", "").await;
+    list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|i| i["metadata"]["name"].as_str().map(String::from))
+        .collect()
 }
 
 fn configmaps(c: &Cluster) -> kube_sim::registry::ResourceInfo {
@@ -271,13 +276,7 @@ async fn concurrent_acknowledged_creates_survive_a_restart() {
     sim.shutdown().await;
 
     let again = common::start_with(config()).await;
-    let (_, list) = common::raw_json(&again, "GET", CMS, "application/json", "").await;
-    let names: BTreeSet<String> = list["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .filter_map(|i| i["metadata"]["name"].as_str().map(String::from))
-        .collect();
+    let names = configmap_names(&again).await;
     assert_eq!(names, acknowledged, "every acknowledged create survives");
     again.shutdown().await;
 }
