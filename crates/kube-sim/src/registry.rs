@@ -160,7 +160,14 @@ fn col(name: &str, type_: &str, json_path: &str, priority: i64) -> PrinterColumn
     }
 }
 
-/// Default printer columns of a few built-ins (after Name, before Age).
+/// Where kube-apiserver's printer puts Age among a built-in's columns (see `http::table`).
+pub const AGE_COLUMN: &str = "#age";
+
+fn age() -> PrinterColumn {
+    col("Age", "date", AGE_COLUMN, 0)
+}
+
+/// Default printer columns of a few built-ins (after Name, and before Age unless they place it).
 fn builtin_columns(group: &str, plural: &str) -> Vec<PrinterColumn> {
     // `#...` paths are computed cells (see `http::table::computed`), as kube-apiserver's printers do.
     match (group, plural) {
@@ -169,12 +176,14 @@ fn builtin_columns(group: &str, plural: &str) -> Vec<PrinterColumn> {
             col("Ready", "string", "#pod-ready", 0),
             col("Status", "string", "#pod-status", 0),
             col("Restarts", "string", "#pod-restarts", 0),
+            age(),
             col("IP", "string", ".status.podIP", 1),
             col("Node", "string", ".spec.nodeName", 1),
         ],
         ("", "nodes") => vec![
             col("Status", "string", "#node-status", 0),
             col("Roles", "string", "#node-roles", 0),
+            age(),
             col("Version", "string", ".status.nodeInfo.kubeletVersion", 0),
             col(
                 "Internal-IP",
@@ -209,6 +218,31 @@ fn builtin_columns(group: &str, plural: &str) -> Vec<PrinterColumn> {
             col("Desired", "integer", "#0.spec.replicas", 0),
             col("Current", "integer", "#0.status.replicas", 0),
             col("Ready", "integer", "#0.status.readyReplicas", 0),
+        ],
+        ("apps", "daemonsets") => vec![
+            col("Desired", "integer", "#0.status.desiredNumberScheduled", 0),
+            col("Current", "integer", "#0.status.currentNumberScheduled", 0),
+            col("Ready", "integer", "#0.status.numberReady", 0),
+            col(
+                "Up-to-date",
+                "integer",
+                "#0.status.updatedNumberScheduled",
+                0,
+            ),
+            col("Available", "integer", "#0.status.numberAvailable", 0),
+            col("Node Selector", "string", "#node-selector", 0),
+        ],
+        ("batch", "jobs") => vec![
+            col("Status", "string", "#job-status", 0),
+            col("Completions", "string", "#job-completions", 0),
+            col("Duration", "string", "#job-duration", 0),
+        ],
+        ("batch", "cronjobs") => vec![
+            col("Schedule", "string", ".spec.schedule", 0),
+            col("Timezone", "string", "#cronjob-timezone", 0),
+            col("Suspend", "boolean", "#cronjob-suspend", 0),
+            col("Active", "integer", "#cronjob-active", 0),
+            col("Last Schedule", "string", "#cronjob-last-schedule", 0),
         ],
         ("coordination.k8s.io", "leases") => {
             vec![col("Holder", "string", ".spec.holderIdentity", 0)]

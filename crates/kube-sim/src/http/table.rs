@@ -117,13 +117,90 @@ pub fn computed(obj: &Value, name: &str) -> Option<Value> {
                 cs.iter()
                     .find_map(|c| c["state"]["waiting"]["reason"].as_str().map(String::from))
             });
+            // A container that ran to its end shows why (`Completed`, `Error`), as kubelet's
+            // printer does once nothing waits or runs.
+            let running = status["containerStatuses"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["state"]["running"].is_object()));
+            let terminated = status["containerStatuses"].as_array().and_then(|cs| {
+                cs.iter().find_map(|c| {
+                    c["state"]["terminated"]["reason"]
+                        .as_str()
+                        .map(String::from)
+                })
+            });
             let reason = status["reason"].as_str().map(String::from);
             json!(
                 reason
                     .or(waiting)
+                    .or(terminated.filter(|_| !running))
                     .unwrap_or_else(|| status["phase"].as_str().unwrap_or("Pending").to_string())
             )
         }
+        "#node-selector" => {
+            let selector: Vec<String> = obj["spec"]["template"]["spec"]["nodeSelector"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect();
+            json!(if selector.is_empty() {
+                "<none>".to_string()
+            } else {
+                selector.join(",")
+            })
+        }
+        "#job-status" => {
+            let has = |kind: &str| {
+                status["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == kind && c["status"] == "True")
+            };
+            let terminating = !obj["metadata"]["deletionTimestamp"].is_null();
+            json!(match () {
+                _ if has("Complete") => "Complete",
+                _ if has("Failed") => "Failed",
+                _ if terminating => "Terminating",
+                _ if has("Suspended") => "Suspended",
+                _ if has("FailureTarget") => "FailureTarget",
+                _ if has("SuccessCriteriaMet") => "SuccessCriteriaMet",
+                _ => "Running",
+            })
+        }
+        "#job-completions" => {
+            let succeeded = int(&status["succeeded"]);
+            let spec = &obj["spec"];
+            json!(match spec["completions"].as_i64() {
+                Some(n) => format!("{succeeded}/{n}"),
+                None => match spec["parallelism"].as_i64().unwrap_or(1) {
+                    p if p > 1 => format!("{succeeded}/1 of {p}"),
+                    _ => format!("{succeeded}/1"),
+                },
+            })
+        }
+        "#job-duration" => {
+            let at = |v: &Value| v.as_str().and_then(util::parse_rfc3339);
+            json!(
+                match (at(&status["startTime"]), at(&status["completionTime"])) {
+                    (None, _) => String::new(),
+                    (Some(start), None) => util::human_duration(util::now_unix() - start),
+                    (Some(start), Some(end)) => util::human_duration(end - start),
+                }
+            )
+        }
+        "#cronjob-timezone" => json!(obj["spec"]["timeZone"].as_str().unwrap_or("<none>")),
+        "#cronjob-suspend" => json!(obj["spec"]["suspend"].as_bool().unwrap_or(false)),
+        "#cronjob-active" => json!(status["active"].as_array().map_or(0, Vec::len)),
+        "#cronjob-last-schedule" => json!(
+            status["lastScheduleTime"]
+                .as_str()
+                .and_then(util::parse_rfc3339)
+                .map_or("<none>".to_string(), |t| util::human_duration(
+                    util::now_unix() - t
+                ))
+        ),
         "#pod-restarts" => {
             let n: i64 = status["containerStatuses"]
                 .as_array()
@@ -273,8 +350,13 @@ pub fn to_table(
         json_path: ".metadata.creationTimestamp".into(),
     };
     let mut columns: Vec<PrinterColumn> = info.printer_columns.clone();
-    if !info.custom || columns.is_empty() {
-        columns.push(age);
+    match columns
+        .iter()
+        .position(|c| c.json_path == crate::registry::AGE_COLUMN)
+    {
+        Some(at) => columns[at] = age,
+        None if !info.custom || columns.is_empty() => columns.push(age),
+        None => {}
     }
     let mut defs = vec![column_definition(
         "Name",
@@ -369,5 +451,31 @@ mod tests {
             Some(json!("Ready,SchedulingDisabled"))
         );
         assert_eq!(computed(&node, "#node-roles"), Some(json!("control-plane")));
+        let completed = json!({"status": {"phase": "Succeeded", "containerStatuses": [
+            {"name": "a", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}});
+        assert_eq!(
+            computed(&completed, "#pod-status"),
+            Some(json!("Completed"))
+        );
+        let job = json!({"spec": {"completions": 3, "parallelism": 2},
+            "status": {"succeeded": 3, "startTime": "2026-01-01T00:00:00Z",
+                       "completionTime": "2026-01-01T00:00:07Z",
+                       "conditions": [{"type": "SuccessCriteriaMet", "status": "True"},
+                                      {"type": "Complete", "status": "True"}]}});
+        assert_eq!(computed(&job, "#job-status"), Some(json!("Complete")));
+        assert_eq!(computed(&job, "#job-completions"), Some(json!("3/3")));
+        assert_eq!(computed(&job, "#job-duration"), Some(json!("7s")));
+        let running = json!({"spec": {"parallelism": 2}, "status": {"active": 2}});
+        assert_eq!(computed(&running, "#job-status"), Some(json!("Running")));
+        assert_eq!(
+            computed(&running, "#job-completions"),
+            Some(json!("0/1 of 2"))
+        );
+        let ds = json!({"spec": {"template": {"spec": {"nodeSelector": {"role": "worker"}}}}});
+        assert_eq!(computed(&ds, "#node-selector"), Some(json!("role=worker")));
+        assert_eq!(
+            computed(&json!({}), "#node-selector"),
+            Some(json!("<none>"))
+        );
     }
 }
