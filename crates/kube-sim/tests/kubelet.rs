@@ -428,3 +428,47 @@ async fn the_real_gw_sidecar_runs_as_a_pod_and_serves_grpc_on_its_pod_ip() {
     assert!(!log.is_empty(), "gw-sidecar logs are served");
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_run_with_only_args_runs_them_when_the_image_has_no_entrypoint() {
+    // `shell` maps to /bin, which holds no binary named `shell`: like an image without
+    // ENTRYPOINT, the container's args are its command line.
+    let kubelet = KubeletConfig {
+        exec_images: vec![("shell".into(), PathBuf::from("/bin"))],
+        ..Default::default()
+    };
+    let sim = common::start_simulating("127.11.8.0/24", kubelet).await;
+    let k = Kubectl::new(&sim);
+    let (ok, out, err) = k
+        .run(&[
+            "run",
+            "sh1",
+            "--image=shell",
+            "--",
+            "sh",
+            "-c",
+            "echo hi from sh; sleep 1000",
+        ])
+        .await;
+    assert!(ok, "{out}{err}");
+    let p = wait_pod(&sim, "sh1", "Ready", ready).await;
+    assert_eq!(
+        p["status"]["containerStatuses"][0]["restartCount"], 0,
+        "{p}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (ok, out, err) = k.run(&["logs", "sh1"]).await;
+        if ok && out == "hi from sh\n" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "logs: {out}{err}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (ok, out, err) = k
+        .run(&["exec", "sh1", "--", "sh", "-c", "echo exec ok"])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "exec ok\n");
+    sim.shutdown().await;
+}

@@ -103,8 +103,17 @@ impl ContainerRun {
                 rest.iter().cloned().chain(args).collect(),
             ),
             None => {
+                // The image's entrypoint is the binary named after it; an image without one (no
+                // such binary) runs its args as the command line, as a container runtime runs an
+                // image without ENTRYPOINT (`kubectl run --image=shell -- sh -c '...'`).
                 let entry = super::image_name(&image).rsplit('/').next().unwrap_or("");
-                (base.join(entry), args)
+                let entrypoint = base.join(entry);
+                match args.split_first() {
+                    Some((first, rest)) if !entrypoint.is_file() => {
+                        (base.join(first.trim_start_matches('/')), rest.to_vec())
+                    }
+                    _ => (entrypoint, args),
+                }
             }
         };
         let workdir = c["workingDir"]
