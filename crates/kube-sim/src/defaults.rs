@@ -49,7 +49,7 @@ pub fn default_pod_spec(spec: &mut Value) {
 }
 
 /// `SetDefaults_Job`, and the selector and pod labels kube-apiserver generates from the uid
-/// (unless `manualSelector`).
+/// (unless `manualSelector`), which a Job without labels of its own then carries too.
 fn default_job(obj: &mut Value) {
     let uid = obj["metadata"]["uid"].clone();
     let name = obj["metadata"]["name"].clone();
@@ -78,6 +78,15 @@ fn default_job(obj: &mut Value) {
         }
     }
     default_pod_spec(&mut spec["template"]["spec"]);
+    // `SetDefaults_Job`: a Job without labels takes its template's (so `kubectl get jobs -l
+    // job-name=...` finds it, as on kube-apiserver, where defaulting runs again on read).
+    let template_labels = obj["spec"]["template"]["metadata"]["labels"].clone();
+    let labels = &mut obj["metadata"]["labels"];
+    if template_labels.as_object().is_some_and(|l| !l.is_empty())
+        && labels.as_object().is_none_or(|l| l.is_empty())
+    {
+        *labels = template_labels;
+    }
 }
 
 /// Applies the built-in defaults of a kind in place (custom resources use their schema instead).

@@ -169,6 +169,12 @@ async fn kubectl_create_job_runs_to_completion_and_a_failing_one_hits_its_backof
     assert_eq!(k.ok(&["logs", "job/hello"]).await, "hello from the job\n");
     let job = k.json(&["get", "job", "hello"]).await;
     assert_eq!(job["status"]["succeeded"], 1);
+    assert_eq!(job["metadata"]["labels"]["job-name"], "hello", "{job:#}");
+    assert_eq!(
+        k.ok(&["get", "jobs", "-l", "job-name=hello", "-o", "name"])
+            .await,
+        "job.batch/hello\n"
+    );
     assert!(job["status"]["completionTime"].is_string(), "{job:#}");
     assert!(condition(&job, "SuccessCriteriaMet").is_some(), "{job:#}");
 
