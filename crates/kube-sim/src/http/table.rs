@@ -99,6 +99,16 @@ pub fn computed(obj: &Value, name: &str) -> Option<Value> {
     if let Some(path) = name.strip_prefix("#0") {
         return Some(json_path(obj, path).into_iter().next().unwrap_or(json!(0)));
     }
+    // Strings the printers spell out when unset (kubectl prints a null cell as blank).
+    for (prefix, unset) in [("#none", "<none>"), ("#unknown", "<unknown>")] {
+        if let Some(path) = name.strip_prefix(prefix) {
+            let first = json_path(obj, path).into_iter().next();
+            return Some(match first {
+                Some(Value::String(s)) if !s.is_empty() => json!(s),
+                _ => json!(unset),
+            });
+        }
+    }
     let status = &obj["status"];
     let int = |v: &Value| v.as_i64().unwrap_or(0);
     Some(match name {
@@ -136,6 +146,26 @@ pub fn computed(obj: &Value, name: &str) -> Option<Value> {
                     .or(terminated.filter(|_| !running))
                     .unwrap_or_else(|| status["phase"].as_str().unwrap_or("Pending").to_string())
             )
+        }
+        "#pod-readiness-gates" => {
+            let gates = obj["spec"]["readinessGates"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if gates.is_empty() {
+                return Some(json!("<none>"));
+            }
+            let met = gates
+                .iter()
+                .filter(|g| {
+                    status["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == g["conditionType"] && c["status"] == "True")
+                })
+                .count();
+            json!(format!("{met}/{}", gates.len()))
         }
         "#node-selector" => {
             let selector: Vec<String> = obj["spec"]["template"]["spec"]["nodeSelector"]
