@@ -174,11 +174,7 @@ pub fn computed(obj: &Value, name: &str) -> Option<Value> {
                 .flatten()
                 .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
                 .collect();
-            json!(if selector.is_empty() {
-                "<none>".to_string()
-            } else {
-                selector.join(",")
-            })
+            joined_or_none(&selector)
         }
         "#job-status" => {
             let has = |kind: &str| {
@@ -266,11 +262,7 @@ pub fn computed(obj: &Value, name: &str) -> Option<Value> {
                         .collect()
                 })
                 .unwrap_or_default();
-            json!(if roles.is_empty() {
-                "<none>".to_string()
-            } else {
-                roles.join(",")
-            })
+            joined_or_none(&roles)
         }
         "#svc-external" => {
             let ips: Vec<String> = status["loadBalancer"]["ingress"]
@@ -286,12 +278,10 @@ pub fn computed(obj: &Value, name: &str) -> Option<Value> {
                         .collect()
                 })
                 .unwrap_or_default();
-            let external = obj["spec"]["externalName"].as_str().map(String::from);
-            json!(external.unwrap_or_else(|| if ips.is_empty() {
-                "<none>".into()
-            } else {
-                ips.join(",")
-            }))
+            match obj["spec"]["externalName"].as_str() {
+                Some(external) => json!(external),
+                None => joined_or_none(&ips),
+            }
         }
         "#svc-ports" => {
             let ports: Vec<String> = obj["spec"]["ports"]
@@ -308,11 +298,7 @@ pub fn computed(obj: &Value, name: &str) -> Option<Value> {
                         .collect()
                 })
                 .unwrap_or_default();
-            json!(if ports.is_empty() {
-                "<none>".into()
-            } else {
-                ports.join(",")
-            })
+            joined_or_none(&ports)
         }
         "#event-object" => {
             let o = &obj["involvedObject"];
@@ -324,6 +310,21 @@ pub fn computed(obj: &Value, name: &str) -> Option<Value> {
         }
         _ => return None,
     })
+}
+
+/// A list cell: comma-separated, `<none>` when empty, as the printers write it.
+fn joined_or_none(items: &[impl AsRef<str>]) -> Value {
+    if items.is_empty() {
+        json!("<none>")
+    } else {
+        json!(
+            items
+                .iter()
+                .map(AsRef::as_ref)
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    }
 }
 
 fn cell(obj: &Value, col: &PrinterColumn, now: i64) -> Value {
