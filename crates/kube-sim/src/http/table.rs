@@ -509,4 +509,65 @@ mod tests {
             Some(json!("<none>"))
         );
     }
+
+    #[test]
+    fn age_sits_where_kube_apiservers_printers_put_it() {
+        let names = |group: &str, plural: &str| -> Vec<String> {
+            let info = crate::registry::builtin_resources()
+                .into_iter()
+                .find(|r| r.group == group && r.plural == plural)
+                .expect("built in");
+            to_table(&info, &[], json!({}), true, "None")["columnDefinitions"]
+                .as_array()
+                .expect("columns")
+                .iter()
+                .map(|c| c["name"].as_str().unwrap_or_default().to_string())
+                .collect()
+        };
+        assert_eq!(
+            names("", "pods"),
+            [
+                "Name",
+                "Ready",
+                "Status",
+                "Restarts",
+                "Age",
+                "IP",
+                "Node",
+                "Nominated Node",
+                "Readiness Gates"
+            ]
+        );
+        assert_eq!(
+            names("", "nodes"),
+            [
+                "Name",
+                "Status",
+                "Roles",
+                "Age",
+                "Version",
+                "Internal-IP",
+                "External-IP",
+                "OS-Image",
+                "Kernel-Version",
+                "Container-Runtime"
+            ]
+        );
+        assert_eq!(
+            names("batch", "cronjobs"),
+            [
+                "Name",
+                "Schedule",
+                "Timezone",
+                "Suspend",
+                "Active",
+                "Last Schedule",
+                "Age"
+            ]
+        );
+        assert_eq!(
+            names("apps", "replicasets"),
+            ["Name", "Desired", "Current", "Ready", "Age"]
+        );
+    }
 }
