@@ -2,7 +2,8 @@
 //! to check itself and stop) starts kube-sim, seeds it, runs every Capstan binary against it,
 //! recycles a slice gateway pair, then stops everything. This test runs exactly that command and
 //! asserts what a user would see: it converged (the NodeSLO table of the node-strategy example,
-//! the Machine Running on its Node), every component logged its admin address, and all exited 0.
+//! the Machine Running on its Node, the gateway recycle through the spec's states to `end`), every
+//! component logged its admin address, and all exited 0.
 //! `cargo xtask ci` relies on this scenario instead of running the smoke run a second time.
 
 use std::path::Path;
@@ -10,13 +11,17 @@ use std::process::Command;
 
 use capstan_scenarios::tools::workspace_root;
 
-/// Every process the demo starts, by the name of its log file.
+/// The demo's API servers (worker A, the hub, worker B), by the name of their log files.
+const SIM_LOGS: &[&str] = &["kube-sim", "kube-sim-hub", "kube-sim-worker-b"];
+
+/// Every Capstan component the demo starts, by the name of its log file.
 const COMPONENT_LOGS: &[&str] = &[
-    "kube-sim",
     "nodeslo-controller",
     "machineclass-controller",
     "router-sidecar",
     "gw-sidecar",
+    "gw-recycler-worker-a",
+    "gw-recycler-worker-b",
 ];
 
 fn log_of(dir: &Path, name: &str) -> String {
@@ -37,8 +42,9 @@ fn demo_smoke_run_converges_and_every_process_exits_zero() {
         .expect("cargo runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    let logs: String = COMPONENT_LOGS
+    let logs: String = SIM_LOGS
         .iter()
+        .chain(COMPONENT_LOGS)
         .filter(|name| dir.path().join(format!("{name}.log")).is_file())
         .map(|name| format!("--- {name}.log\n{}\n", log_of(dir.path(), name)))
         .collect();
@@ -70,7 +76,18 @@ fn demo_smoke_run_converges_and_every_process_exits_zero() {
         !node.is_empty(),
         "the Machine names its Node: {machine_line}"
     );
-    for name in &COMPONENT_LOGS[1..] {
+    // `gw-recycler trigger --wait` prints each state change; the server side's FSM goes through
+    // the spec's states to `end` (`error_state` is terminal too, so it cannot come before).
+    let states: Vec<&str> = stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("state: "))
+        .collect();
+    assert_eq!(
+        states.last(),
+        Some(&"end"),
+        "the recycle did not end:\n{stdout}"
+    );
+    for name in COMPONENT_LOGS {
         let log = log_of(dir.path(), name);
         assert!(
             log.contains(capstan_testkit::process::ADMIN_LISTENING_MARKER),

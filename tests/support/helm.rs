@@ -98,13 +98,12 @@ impl Cluster {
         let api: kube::Api<k8s_openapi::api::core::v1::Namespace> =
             kube::Api::all(self.admin.clone());
         for name in names {
-            let ns = serde_json::from_value(
-                serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+            api.create(
+                &kube::api::PostParams::default(),
+                &capstan_testkit::objects::namespace(name),
             )
-            .expect("namespace");
-            api.create(&kube::api::PostParams::default(), &ns)
-                .await
-                .expect("namespace created");
+            .await
+            .expect("namespace created");
         }
     }
 

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use capstan_apis::machine::{Machine, MachineClass};
-use capstan_runtime::controller::{Reconciler, Target};
+use capstan_runtime::controller::Reconciler;
 use capstan_runtime::events::{Event, EventPublisher};
 use capstan_runtime::leader::LeaderHandle;
 use capstan_runtime::sync::lock;
@@ -60,15 +60,13 @@ pub fn split_key(key: &str) -> (&str, &str) {
 }
 
 /// The standard error policy of the three controllers (see
-/// [`Reconciler::requeue_after_error`]): a conflict retries soon, anything else backs off.
+/// [`Reconciler::requeue_object_after_error`]): a conflict retries soon, anything else backs off.
 pub fn error_policy<K: Resource<DynamicType = ()>>(
     object: Arc<K>,
     error: &crate::error::Error,
     ctx: Arc<Context>,
 ) -> Action {
-    let kind = K::kind(&());
-    ctx.reconciler
-        .requeue_after_error(Target::of(&kind, &*object), error)
+    ctx.reconciler.requeue_object_after_error(&*object, error)
 }
 
 impl Context {

@@ -30,7 +30,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use capstan_apis::machine::{Machine, MachineClass, NODE_LABEL_MACHINE_NAME};
 use capstan_runtime::backoff::BackoffConfig;
-use capstan_runtime::controller::{Binary, Gates, Reconciler, RetryPolicy, drive};
+use capstan_runtime::controller::{
+    Binary, Gates, Reconciler, RetryPolicy, drive, reflect, watch_events,
+};
 use capstan_runtime::events::EventPublisher;
 use capstan_runtime::metrics::ControllerMetrics;
 use capstan_runtime::shutdown::Shutdown;
@@ -167,10 +169,7 @@ where
         + Sync
         + 'static,
 {
-    let events = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(forget_managed_fields);
-    reflector::reflector(writer, events)
+    reflector::reflector(writer, watch_events(api, watcher::Config::default()))
         .map_ok(move |event| {
             let touched = {
                 let mut index = lock(&index);
@@ -192,12 +191,6 @@ where
             event
         })
         .touched_objects()
-}
-
-/// No decision reads `managedFields`, and with a few writers per object they are a large part of
-/// each cached Machine and Node: the reflectors keep objects without them (peak RSS).
-fn forget_managed_fields<K: Resource>(obj: &mut K) {
-    obj.meta_mut().managed_fields = None;
 }
 
 fn class_of(machine: &Machine) -> BTreeSet<String> {
@@ -232,8 +225,8 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
 
     let (machine_store, machine_writer) = reflector::store();
     let (class_store, class_writer) = reflector::store();
-    let (secret_store, secret_writer) = reflector::store();
-    let (node_store, node_writer) = reflector::store();
+    let (secret_store, secret_stream) = reflect(secrets_api, watcher::Config::default());
+    let (node_store, node_stream) = reflect(nodes_api, watcher::Config::default());
     let (machine_tx, machine_rx) = unbounded_channel::<ObjectRef<Machine>>();
     let (class_tx, class_rx) = unbounded_channel::<ObjectRef<MachineClass>>();
     let (secret_tx, secret_rx) = unbounded_channel::<ObjectRef<Secret>>();
@@ -292,20 +285,6 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         secrets_of,
         move |secret| send_ref(&secret_tx, secret),
     );
-    let secret_stream = reflector::reflector(
-        secret_writer,
-        watcher(secrets_api, watcher::Config::default())
-            .default_backoff()
-            .modify(forget_managed_fields),
-    )
-    .touched_objects();
-    let node_stream = reflector::reflector(
-        node_writer,
-        watcher(nodes_api, watcher::Config::default())
-            .default_backoff()
-            .modify(forget_managed_fields),
-    )
-    .touched_objects();
 
     let gates = Gates {
         leader: w.leader.clone(),
@@ -364,21 +343,10 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
     };
-    // kube-runtime's controllers wait for their cache before finishing, so a shutdown that comes
-    // before every cache synced would hang; nothing can be in flight then (every reconcile holds
-    // its writes until all caches are ready), so stop at once.
-    let token = w.shutdown.token();
-    let synced = ctx.caches_ready.clone();
-    let early_shutdown = async move {
-        token.cancelled().await;
-        if synced.load(Ordering::Acquire) {
-            futures::future::pending::<()>().await;
-        }
-    };
     // The readiness/metrics loop never ends; the controllers end after a shutdown request.
     tokio::select! {
         _ = futures::future::join3(drive(machines), drive(classes), drive(secrets)) => {}
         () = readiness => {}
-        () = early_shutdown => tracing::info!("shutdown before the caches synced"),
+        () = gates.shutdown_before_sync() => tracing::info!("shutdown before the caches synced"),
     }
 }

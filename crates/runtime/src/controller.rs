@@ -349,8 +349,32 @@ pub fn turned_true(rx: watch::Receiver<bool>) -> impl Stream<Item = ()> + Send +
     })
 }
 
-/// A reflector over `api` with `config`: the store, and the stream of touched objects (applied or
-/// deleted) to hand to `Controller::for_stream` / `watches_stream`. Watch errors back off.
+/// The watch events of `api` with `config`; watch errors back off. Objects come without their
+/// `managedFields`: no controller decision reads them, and with a few writers per object they are
+/// a large share of each cached object (peak RSS).
+pub fn watch_events<K>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+) -> impl Stream<Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>>
++ Send
++ use<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    use kube::runtime::{WatchStreamExt, watcher};
+    watcher(api, config)
+        .default_backoff()
+        .modify(|obj: &mut K| obj.meta_mut().managed_fields = None)
+}
+
+/// A reflector over [`watch_events`] of `api` with `config`: the store, and the stream of touched
+/// objects (applied or deleted) to hand to `Controller::for_stream` / `watches_stream`.
 pub fn reflect<K>(
     api: kube::Api<K>,
     config: kube::runtime::watcher::Config,
@@ -367,12 +391,11 @@ where
         + Sync
         + 'static,
 {
-    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    use kube::runtime::{WatchStreamExt, reflector};
     let (store, writer) = reflector::store();
-    let events = watcher(api, config).default_backoff();
     (
         store,
-        reflector::reflector(writer, events).touched_objects(),
+        reflector::reflector(writer, watch_events(api, config)).touched_objects(),
     )
 }
 
