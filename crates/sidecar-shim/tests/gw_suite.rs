@@ -494,11 +494,12 @@ async fn kernel_tunnel_goes_down_after_full_loss_and_recovers() {
     let stop = Arc::new(AtomicBool::new(false));
     let sender = {
         let stop = stop.clone();
-        let path = netns.path();
+        // A socket belongs to the namespace it was created in.
+        let socket = sidecar_shim::netns::in_namespace(Some(&netns.path()), || {
+            Ok(std::net::UdpSocket::bind("0.0.0.0:0")?)
+        })
+        .expect("udp socket in the namespace");
         std::thread::spawn(move || {
-            let file = std::fs::File::open(path).expect("open netns");
-            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).expect("join netns");
-            let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp socket");
             while !stop.load(Ordering::Relaxed) {
                 let _ = socket.send_to(b"probe", "10.7.0.2:9");
                 std::thread::sleep(Duration::from_millis(2));
