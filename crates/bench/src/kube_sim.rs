@@ -52,18 +52,8 @@ pub async fn run(args: &Args) -> Result<Report> {
     let client = sim.client()?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     // Creates in SAMPLES batches, each timed: the per-request figure is the median batch.
-    let create = timed_batches(n, |range| {
-        let api = api.clone();
-        for_each(range, args.concurrency, move |i| {
-            let api = api.clone();
-            async move {
-                api.create(&PostParams::default(), &config_map(i, 0))
-                    .await
-                    .map(drop)
-            }
-        })
-    })
-    .await?;
+    let create =
+        timed_batches(n, |range| create_config_maps(&api, range, args.concurrency)).await?;
 
     // Floor: the same requests answered with ready-made bodies by axum on loopback.
     let one = serde_json::to_vec(&config_map(0, 0))?;
@@ -296,31 +286,20 @@ fn config() -> kube_sim::Config {
     }
 }
 
-/// Creates/s of `n` ConfigMaps against a kube-sim persisting to a fresh data directory.
+/// Creates/s of `n` ConfigMaps against a kube-sim persisting to a fresh data directory, timed as
+/// the in-memory creates are (the median of [`SAMPLES`] batches, the same concurrency).
 async fn creates_with_data_dir(n: usize, concurrency: usize) -> Result<f64> {
     let dir = std::env::temp_dir().join(format!("capstan-bench-kube-sim-{}", std::process::id()));
     let sim = kube_sim::KubeSim::start(kube_sim::Config {
-        history_size: 200_000,
         data_dir: Some(dir.clone()),
-        ..kube_sim::Config::default()
+        ..config()
     })
     .await?;
     let api: Api<ConfigMap> = Api::namespaced(sim.client()?, "default");
-    let started = Instant::now();
-    let created = for_each(0..n, concurrency, |i| {
-        let api = api.clone();
-        async move {
-            api.create(&PostParams::default(), &config_map(i, 0))
-                .await
-                .map(drop)
-        }
-    })
-    .await;
-    let elapsed = started.elapsed();
+    let created = timed_batches(n, |range| create_config_maps(&api, range, concurrency)).await;
     sim.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
-    created?;
-    Ok(n as f64 / elapsed.as_secs_f64())
+    Ok(1.0 / created?.as_secs_f64())
 }
 
 fn config_map(i: usize, round: usize) -> ConfigMap {
@@ -358,6 +337,20 @@ where
         times.push(started.elapsed());
     }
     Ok(median(&times) / u32::try_from(size)?)
+}
+
+/// Creates the ConfigMaps of `range` through the kube client, `concurrency` at a time.
+async fn create_config_maps(
+    api: &Api<ConfigMap>,
+    range: std::ops::Range<usize>,
+    concurrency: usize,
+) -> Result<()> {
+    for_each(range, concurrency, |i| async move {
+        api.create(&PostParams::default(), &config_map(i, 0))
+            .await
+            .map(drop)
+    })
+    .await
 }
 
 async fn for_each<F, Fut>(range: std::ops::Range<usize>, concurrency: usize, op: F) -> Result<()>
@@ -410,17 +403,7 @@ async fn memory_in_fresh_process(objects: usize, concurrency: usize) -> Result<M
 pub async fn memory_probe(objects: usize, concurrency: usize) -> Result<()> {
     let sim = kube_sim::KubeSim::start(config()).await?;
     let api: Api<ConfigMap> = Api::namespaced(sim.client()?, "default");
-    let create = |range: std::ops::Range<usize>| {
-        let api = api.clone();
-        for_each(range, concurrency, move |i| {
-            let api = api.clone();
-            async move {
-                api.create(&PostParams::default(), &config_map(i, 0))
-                    .await
-                    .map(drop)
-            }
-        })
-    };
+    let create = |range| create_config_maps(&api, range, concurrency);
     let warm = (objects / 10).min(100);
     create(0..warm).await?;
     let rss_before = rss()?;

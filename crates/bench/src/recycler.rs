@@ -28,7 +28,7 @@ use tonic::transport::{Channel, Endpoint};
 mod floor;
 
 use crate::cluster::{Cluster, Controller};
-use crate::report::Report;
+use crate::report::{Report, median};
 use floor::Floor;
 
 #[derive(clap::Args)]
@@ -124,7 +124,7 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<Report> {
         eprintln!("recycler bench: single recycle {}: {took:.2?}", k + 1);
         singles.push(took);
     }
-    let one = median(singles.clone());
+    let one = median(&singles);
 
     eprintln!("recycler bench: {} more pairs", args.pairs);
     let mut many: Vec<Pair> = (1..=args.pairs)
@@ -468,11 +468,6 @@ fn channel(ip: &str) -> Result<Channel> {
         .timeout(Duration::from_secs(2))
         .tcp_nodelay(true)
         .connect_lazy())
-}
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples.get(samples.len() / 2).copied().unwrap_or_default()
 }
 
 fn from_json<K: DeserializeOwned>(value: Value) -> Result<K> {

@@ -151,6 +151,32 @@ fn every_suite_runs_at_tiny_sizes_and_writes_json_and_svg_that_compare_reads() {
     let recycle = figure("recycler: one recycle (median) vs its round trips");
     assert!(recycle["floor"].as_f64().expect("floor") > 0.0);
     assert_eq!(recycle["target"], "<= 2x");
+    // The floor is the recycle's 19 round trips (8 hub writes, 3 SliceGateway status writes, the
+    // gateway start, 4 router calls, 2 labels and the delete), each measured (none zero), summed.
+    let parts: Vec<(f64, f64)> = rows
+        .iter()
+        .filter(|r| {
+            r["figure"]
+                .as_str()
+                .is_some_and(|f| f.starts_with("recycler: floor part: "))
+        })
+        .map(|r| {
+            let count = r["note"]
+                .as_str()
+                .and_then(|n| n.strip_prefix('x')?.split_whitespace().next()?.parse().ok())
+                .unwrap_or_else(|| panic!("count in {r}"));
+            (count, r["value"].as_f64().expect("part value"))
+        })
+        .collect();
+    assert_eq!(parts.len(), 9, "{parts:?}");
+    assert_eq!(parts.iter().map(|(count, _)| count).sum::<f64>(), 19.0);
+    assert!(parts.iter().all(|(_, took)| *took > 0.0), "{parts:?}");
+    let sum: f64 = parts.iter().map(|(count, took)| count * took).sum();
+    let floor = recycle["floor"].as_f64().expect("floor");
+    assert!(
+        (floor - sum).abs() <= 1e-6 * sum,
+        "floor {floor} vs parts {sum}"
+    );
     figure("recycler: 2 pairs recycled at once vs one recycle");
 
     // An SVG per controller suite, named in the output, that parses as XML with drawn lines.

@@ -122,6 +122,51 @@ where
         .await
 }
 
+/// A plaintext gRPC server run by [`spawn`] on the current Tokio runtime; it stops (draining
+/// in-flight calls) when this is dropped.
+#[derive(Debug)]
+pub struct SpawnedServer {
+    pub addr: SocketAddr,
+    /// The server's gRPC metrics (in a registry of its own).
+    pub metrics: GrpcMetrics,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Serves `service` as [`serve`] does, plaintext, on `listener` in a task of its own: the
+/// in-process sidecar the tests and the benchmark call.
+pub fn spawn<S>(listener: TcpListener, service: S) -> std::io::Result<SpawnedServer>
+where
+    S: tower::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = Infallible,
+        > + NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let addr = listener.local_addr()?;
+    let metrics = GrpcMetrics::register(&mut Registry::default());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served_metrics = metrics.clone();
+    tokio::spawn(async move {
+        // Resolves on a send or when the sender is dropped.
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        if let Err(error) = serve(listener, service, served_metrics, None, shutdown).await {
+            tracing::error!(%error, %addr, "gRPC server failed");
+        }
+    });
+    Ok(SpawnedServer {
+        addr,
+        metrics,
+        _stop: stop,
+    })
+}
+
 /// A sidecar process from start to exit: binds the gRPC listener (logging
 /// `grpc server listening on ADDR`), serves the admin endpoints plus `extra_admin`
 /// on `--metrics-addr` (logging `admin server listening on ADDR`), serves gRPC until

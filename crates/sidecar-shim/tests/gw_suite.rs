@@ -494,11 +494,12 @@ async fn kernel_tunnel_goes_down_after_full_loss_and_recovers() {
     let stop = Arc::new(AtomicBool::new(false));
     let sender = {
         let stop = stop.clone();
-        let path = netns.path();
+        // A socket belongs to the namespace it was created in.
+        let socket = sidecar_shim::netns::in_namespace(Some(&netns.path()), || {
+            Ok(std::net::UdpSocket::bind("0.0.0.0:0")?)
+        })
+        .expect("udp socket in the namespace");
         std::thread::spawn(move || {
-            let file = std::fs::File::open(path).expect("open netns");
-            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).expect("join netns");
-            let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp socket");
             while !stop.load(Ordering::Relaxed) {
                 let _ = socket.send_to(b"probe", "10.7.0.2:9");
                 std::thread::sleep(Duration::from_millis(2));
@@ -553,4 +554,50 @@ async fn kernel_qos_without_tunnel_is_internal() {
         .expect_err("no tunnel");
     assert_eq!(status.code(), Code::Internal);
     assert!(status.message().contains("tun"), "{}", status.message());
+}
+
+/// Kernel only: `GetStatus` answers from a cache of links and addresses, so a change made outside
+/// the sidecar after a first read (an address moved, the tunnel deleted) must reach the next read.
+#[tokio::test]
+async fn kernel_status_follows_changes_made_outside_the_sidecar() {
+    let Some(mut h) = kernel_harness().await else {
+        return;
+    };
+    h.add_gateway_interfaces();
+    let nsm_ip = |status: &GwPodStatus| status.nsm_intf_status.clone().expect("nsm").nsm_ip;
+    let first = h.status().await;
+    assert_eq!(nsm_ip(&first), "10.1.1.1");
+    assert_eq!(first.tunnel_status.expect("tunnel").local_ip, "10.8.0.1");
+
+    let View::Kernel(netns) = &h.view else {
+        unreachable!("kernel harness")
+    };
+    netns.ip(&["addr", "del", "10.1.1.1/24", "dev", "nsm0"]);
+    netns.ip(&["addr", "add", "10.1.1.5/24", "dev", "nsm0"]);
+    netns.ip(&["addr", "del", "10.8.0.1", "peer", "10.8.0.2", "dev", "tun0"]);
+    netns.ip(&[
+        "addr",
+        "add",
+        "10.8.0.9",
+        "peer",
+        "10.8.0.10",
+        "dev",
+        "tun0",
+    ]);
+    let moved = h.status().await;
+    assert_eq!(nsm_ip(&moved), "10.1.1.5", "the moved nsm0 address");
+    let tunnel = moved.tunnel_status.expect("tunnel");
+    assert_eq!(
+        (tunnel.local_ip.as_str(), tunnel.peer_ip.as_str()),
+        ("10.8.0.9", "10.8.0.10"),
+        "the moved tunnel address"
+    );
+
+    let View::Kernel(netns) = &h.view else {
+        unreachable!("kernel harness")
+    };
+    netns.ip(&["link", "del", "tun0"]);
+    let gone = h.status().await.tunnel_status.expect("tunnel");
+    assert_eq!(gone.net_interface, "", "the deleted tunnel");
+    assert_eq!(gone.status, TunnelStatusType::GwTunnelStateDown as i32);
 }

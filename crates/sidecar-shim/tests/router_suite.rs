@@ -488,3 +488,27 @@ async fn kernel_reads_routes_installed_by_others() {
     h.update(SUBNET, &[]).await.expect("delete");
     assert_eq!(h.route(SUBNET), None);
 }
+
+/// Kernel only: route reads are answered from a cache of the route table, so routes added or
+/// deleted outside the sidecar after a first read must reach the next read.
+#[tokio::test]
+async fn kernel_reads_follow_route_changes_made_outside_the_sidecar() {
+    let Some(mut h) = kernel_harness().await else {
+        return;
+    };
+    assert!(!h.present(SUBNET, "10.1.1.2").await.expect("no route yet"));
+    let View::Kernel(netns) = &h.view else {
+        unreachable!("kernel harness")
+    };
+    netns.ip(&["route", "add", SUBNET, "via", "10.1.1.2"]);
+    assert!(h.present(SUBNET, "10.1.1.2").await.expect("added outside"));
+    let View::Kernel(netns) = &h.view else {
+        unreachable!("kernel harness")
+    };
+    netns.ip(&["route", "del", SUBNET]);
+    assert!(
+        !h.present(SUBNET, "10.1.1.2")
+            .await
+            .expect("deleted outside")
+    );
+}

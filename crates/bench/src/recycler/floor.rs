@@ -34,10 +34,9 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::{
-    FLOOR_NS, IMAGE, SLICE, TIMEOUT, channel, from_json, median, running_ip, running_pod_ips,
-};
+use super::{FLOOR_NS, IMAGE, SLICE, TIMEOUT, channel, from_json, running_ip, running_pod_ips};
 use crate::cluster::Cluster;
+use crate::report::median;
 
 /// The recycle's unavoidable round trips, each the median of its samples.
 pub struct Floor {
@@ -204,7 +203,7 @@ impl Floor {
                 .await?,
             );
         }
-        let [a, b, c, d, e, f, g, h, i] = parts.map(median);
+        let [a, b, c, d, e, f, g, h, i] = parts.map(|samples| median(&samples));
         Ok(Self {
             hub_write: a,
             gateway_status_write: b,

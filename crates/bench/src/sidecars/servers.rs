@@ -12,16 +12,14 @@ use capstan_proto::router::slice_router_sidecar_service_server::{
 use capstan_proto::router::{self as rt, SliceGwConContext, VerifyRouteAddRequest};
 use capstan_proto::sidecar::gw_sidecar_service_server::{GwSidecarService, GwSidecarServiceServer};
 use capstan_proto::sidecar::{self as gwp, GwPodStatus};
-use prometheus_client::registry::Registry;
 use sidecar_shim::gw::kernel::KernelGw;
 use sidecar_shim::gw::memory::{MemoryGw, MemoryGwStatus, MemoryTunnel};
 use sidecar_shim::gw::{GwSidecar, PeerConfig, PodIdentity};
-use sidecar_shim::metrics::GrpcMetrics;
 use sidecar_shim::router::RouterSidecar;
 use sidecar_shim::router::kernel::KernelRouter;
 use sidecar_shim::router::memory::MemoryRouter;
+use sidecar_shim::server::SpawnedServer;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
@@ -30,7 +28,7 @@ use super::netns::BenchNetns;
 /// A server on 127.0.0.1:0 and a channel to it; the server stops when this is dropped.
 pub struct BenchServer {
     pub channel: Channel,
-    _stop: oneshot::Sender<()>,
+    _server: SpawnedServer,
 }
 
 async fn start<S>(service: S) -> Result<BenchServer>
@@ -46,27 +44,15 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let (stop, stopped) = oneshot::channel::<()>();
-    let metrics = GrpcMetrics::register(&mut Registry::default());
-    tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stopped.await;
-        };
-        if let Err(error) =
-            sidecar_shim::server::serve(listener, service, metrics, None, shutdown).await
-        {
-            tracing::error!(%error, "bench server failed");
-        }
-    });
+    let server = sidecar_shim::server::spawn(TcpListener::bind("127.0.0.1:0").await?, service)?;
+    let addr = server.addr;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
         .connect()
         .await
         .with_context(|| format!("connecting to the bench server at {addr}"))?;
     Ok(BenchServer {
         channel,
-        _stop: stop,
+        _server: server,
     })
 }
 

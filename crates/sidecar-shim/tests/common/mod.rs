@@ -11,26 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use capstan_testkit::{on_path, require};
 
-use prometheus_client::registry::Registry;
-use sidecar_shim::metrics::GrpcMetrics;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 use tonic::server::NamedService;
 
 /// A server running in this process; stops (and drains) when dropped.
-pub struct ServerGuard {
-    pub addr: SocketAddr,
-    pub metrics: GrpcMetrics,
-    stop: Option<oneshot::Sender<()>>,
-}
-
-impl Drop for ServerGuard {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
-}
+pub type ServerGuard = sidecar_shim::server::SpawnedServer;
 
 pub async fn bind_local() -> TcpListener {
     TcpListener::bind("127.0.0.1:0")
@@ -52,25 +37,7 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    let addr = listener.local_addr().expect("local addr");
-    let metrics = GrpcMetrics::register(&mut Registry::default());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server_metrics = metrics.clone();
-    tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stopped.await;
-        };
-        if let Err(error) =
-            sidecar_shim::server::serve(listener, service, server_metrics, None, shutdown).await
-        {
-            eprintln!("test server failed: {error}");
-        }
-    });
-    ServerGuard {
-        addr,
-        metrics,
-        stop: Some(stop),
-    }
+    sidecar_shim::server::spawn(listener, service).expect("local address of the test listener")
 }
 
 pub async fn serve<S>(service: S) -> ServerGuard
