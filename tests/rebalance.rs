@@ -10,10 +10,11 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use capstan_scenarios::slice::{CLIENT_GW, Cluster, HUB_NS, NS, SERVER_GW, Testbed, WAIT, Worker};
+use capstan_scenarios::slice::{CLIENT_GW, HUB_NS, NS, SERVER_GW, Testbed, WAIT, Worker};
 use capstan_testkit::eventually;
+use capstan_testkit_sim::SimCluster;
 
-async fn recyclers(hub: &Cluster) -> Vec<WorkerSliceGwRecycler> {
+async fn recyclers(hub: &SimCluster) -> Vec<WorkerSliceGwRecycler> {
     let api: Api<WorkerSliceGwRecycler> = Api::namespaced(hub.client.clone(), HUB_NS);
     api.list(&ListParams::default())
         .await

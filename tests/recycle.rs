@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use capstan_scenarios::slice::{
-    CLIENT_WRITES, HUB_NS, SERVER_WRITES, Testbed, WAIT, Worker, block_writes, failed_writes,
-    gateway_nsm_ip, route_present,
+    CLIENT_WRITES, HUB_NS, SERVER_WRITES, Testbed, WAIT, Worker, block_writes, deployments_created,
+    failed_writes, gateway_nsm_ip, route_present,
 };
 use capstan_scenarios::tools::eventually;
 use capstan_testkit::process::{BinaryUnderTest, http_get};
@@ -183,12 +183,12 @@ async fn ended_creating_each_gateway_once(
     assert_eq!(states_seen(states).await, STATES);
     recycled(bed, old).await;
     assert_eq!(
-        bed.server.cluster.deployments_created(),
+        deployments_created(&bed.server.cluster),
         3,
         "newS created once"
     );
     assert_eq!(
-        bed.client.cluster.deployments_created(),
+        deployments_created(&bed.client.cluster),
         3,
         "newC created once"
     );
@@ -296,8 +296,8 @@ async fn a_recycle_moves_both_routers_to_the_new_gateways_without_a_gap() {
     }
 
     // Two initial gateways and one new one per worker, each created once.
-    assert_eq!(bed.server.cluster.deployments_created(), 3);
-    assert_eq!(bed.client.cluster.deployments_created(), 3);
+    assert_eq!(deployments_created(&bed.server.cluster), 3);
+    assert_eq!(deployments_created(&bed.client.cluster), 3);
 
     // A new trigger for the recycled pair starts anew; a second one meanwhile is refused.
     let again = bed

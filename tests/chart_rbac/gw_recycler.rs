@@ -9,6 +9,7 @@ use std::path::Path;
 
 use capstan_apis::networking::SliceGateway;
 use capstan_apis::worker::WorkerSliceGwRecycler;
+use capstan_gw_recycler::trigger::TriggerArgs;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::RoleBinding;
@@ -232,24 +233,14 @@ fn hub_user(name: &str) -> String {
 
 /// `gw-recycler trigger --wait` as the trigger identity; panics unless the recycle reached `end`.
 async fn trigger(kubeconfig: &Path, extra: &[&str], output: impl Fn() -> String) {
-    let hub_kubeconfig = kubeconfig.display().to_string();
-    let mut args = vec![
-        "trigger",
-        "--hub-kubeconfig",
-        &hub_kubeconfig,
-        "--hub-namespace",
-        HUB_NS,
-        "--slice",
-        SLICE,
-        "--server-gateway",
-        SERVER_GW,
-        "--client-gateway",
-        CLIENT_GW,
-        "--wait",
-    ];
-    args.extend_from_slice(extra);
+    let args = TriggerArgs {
+        wait: true,
+        ..TriggerArgs::new(kubeconfig, HUB_NS, SLICE, SERVER_GW, CLIENT_GW)
+    }
+    .to_args();
     let run = tokio::process::Command::new(binary("gw-recycler", "gw-recycler"))
         .args(&args)
+        .args(extra)
         .output();
     let out = tokio::time::timeout(Duration::from_secs(90), run)
         .await

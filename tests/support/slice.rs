@@ -11,20 +11,20 @@ use std::time::Duration;
 
 use capstan_apis::networking::SliceGateway;
 use capstan_apis::worker::WorkerSliceGwRecycler;
+use capstan_gw_recycler::trigger::TriggerArgs;
 use capstan_proto::router::VerifyRouteAddRequest;
 use capstan_proto::router::slice_router_sidecar_service_client::SliceRouterSidecarServiceClient;
 use capstan_proto::sidecar::gw_sidecar_service_client::GwSidecarServiceClient;
 use capstan_testkit::process::BinaryUnderTest;
-use capstan_testkit::process::contract::wait_ready;
+use capstan_testkit_sim::{SimCluster, wait_ready};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube_sim::Config;
 use kube_sim::faults::{ErrorRule, FaultConfig};
 use kube_sim::kubelet::KubeletConfig;
 use kube_sim::workloads::WorkloadOptions;
-use kube_sim::{Config, KubeSim};
 use serde_json::json;
-use tempfile::NamedTempFile;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::tools::{binary, eventually};
@@ -55,70 +55,42 @@ pub fn recycler_binary() -> PathBuf {
     binary("gw-recycler", "gw-recycler")
 }
 
-pub struct Cluster {
-    pub sim: KubeSim,
-    pub client: kube::Client,
-    pub kubeconfig: NamedTempFile,
+/// kube-sim with workload simulation (pod IPs from `pod_cidr`), containers of [`IMAGE`] run
+/// from `exec_dir`, every Capstan CRD, and `namespace`.
+pub async fn start_cluster(pod_cidr: &str, namespace: &str, exec_dir: &Path) -> SimCluster {
+    let cluster = SimCluster::start_with(Config {
+        simulate_workloads: true,
+        workloads: WorkloadOptions {
+            pod_cidr: pod_cidr.into(),
+            ..WorkloadOptions::default()
+        },
+        kubelet: KubeletConfig {
+            exec_images: vec![(
+                kube_sim::kubelet::image_name(IMAGE).to_owned(),
+                exec_dir.to_path_buf(),
+            )],
+            restart_backoff: Duration::from_millis(200),
+            max_restart_backoff: Duration::from_secs(1),
+            ..KubeletConfig::default()
+        },
+        ..Config::default()
+    })
+    .await;
+    cluster.create_namespaces(&[namespace]).await;
+    cluster
 }
 
-impl Cluster {
-    /// kube-sim with workload simulation (pod IPs from `pod_cidr`), containers of [`IMAGE`] run
-    /// from `exec_dir`, every Capstan CRD, and `namespace`.
-    pub async fn start(pod_cidr: &str, namespace: &str, exec_dir: &Path) -> Self {
-        let sim = KubeSim::start(Config {
-            simulate_workloads: true,
-            workloads: WorkloadOptions {
-                pod_cidr: pod_cidr.into(),
-                ..WorkloadOptions::default()
-            },
-            kubelet: KubeletConfig {
-                exec_images: vec![(
-                    kube_sim::kubelet::image_name(IMAGE).to_owned(),
-                    exec_dir.to_path_buf(),
-                )],
-                restart_backoff: Duration::from_millis(200),
-                max_restart_backoff: Duration::from_secs(1),
-                ..KubeletConfig::default()
-            },
-            ..Config::default()
-        })
-        .await
-        .expect("kube-sim starts");
-        let client = sim.client().expect("client");
-        capstan_testkit::install_capstan_crds(&client)
-            .await
-            .expect("Capstan's CRDs installed and Established");
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        let ns = serde_json::from_value(json!({"metadata": {"name": namespace}})).expect("ns");
-        namespaces
-            .create(&PostParams::default(), &ns)
-            .await
-            .expect("namespace created");
-        let kubeconfig = NamedTempFile::new().expect("temp file");
-        sim.write_kubeconfig(kubeconfig.path())
-            .expect("kubeconfig written");
-        Self {
-            sim,
-            client,
-            kubeconfig,
-        }
-    }
-
-    pub fn kubeconfig_path(&self) -> &str {
-        self.kubeconfig.path().to_str().expect("utf-8 temp path")
-    }
-
-    /// Successful Deployment creations this server has answered.
-    pub fn deployments_created(&self) -> u64 {
-        self.sim
-            .requests()
-            .count_where(|k| k.verb == "create" && k.resource == "deployments" && k.code == 201)
-    }
+/// Successful Deployment creations `cluster` has answered.
+pub fn deployments_created(cluster: &SimCluster) -> u64 {
+    cluster
+        .sim
+        .requests()
+        .count_where(|k| k.verb == "create" && k.resource == "deployments" && k.code == 201)
 }
 
 /// A worker cluster with one SliceGateway of `host_type` and the slice router pod.
 pub struct Worker {
-    pub cluster: Cluster,
+    pub cluster: SimCluster,
     pub gateway: &'static str,
     pub remote_subnet: &'static str,
 }
@@ -131,7 +103,7 @@ impl Worker {
         host_type: &str,
         remote_subnet: &'static str,
     ) -> Self {
-        let cluster = Cluster::start(pod_cidr, NS, exec_dir).await;
+        let cluster = start_cluster(pod_cidr, NS, exec_dir).await;
         let gateways: Api<SliceGateway> = Api::namespaced(cluster.client.clone(), NS);
         let gw = serde_json::from_value(json!({
             "apiVersion": "networking.kubeslice.io/v1beta1", "kind": "SliceGateway",
@@ -302,7 +274,7 @@ impl Worker {
     }
 
     /// Spawns this worker's gw-recycler against `hub` and waits until it is ready.
-    pub async fn spawn_recycler(&self, hub: &Cluster, extra: &[&str]) -> BinaryUnderTest {
+    pub async fn spawn_recycler(&self, hub: &SimCluster, extra: &[&str]) -> BinaryUnderTest {
         let mut args = vec![
             "--kubeconfig",
             self.cluster.kubeconfig_path(),
@@ -372,7 +344,7 @@ pub async fn gateway_nsm_ip(pod_ip: &str) -> Option<String> {
 
 /// Hub, server worker (gateway `red-a-b`, host type Server) and client worker (`red-b-a`).
 pub struct Testbed {
-    pub hub: Cluster,
+    pub hub: SimCluster,
     pub server: Worker,
     pub client: Worker,
 }
@@ -384,7 +356,7 @@ impl Testbed {
         let dir = sidecar_dir();
         let cidr = |n: u8| format!("127.{}.0.0/16", octet + n);
         Self {
-            hub: Cluster::start(&cidr(0), HUB_NS, &dir).await,
+            hub: start_cluster(&cidr(0), HUB_NS, &dir).await,
             server: Worker::start(&cidr(1), &dir, SERVER_GW, "Server", "10.2.0.0/16").await,
             client: Worker::start(&cidr(2), &dir, CLIENT_GW, "Client", "10.1.0.0/16").await,
         }
@@ -420,22 +392,17 @@ impl Testbed {
 
     /// Runs `gw-recycler trigger` for the pair with `extra` arguments.
     pub async fn trigger(&self, extra: &[&str]) -> std::process::Output {
-        let mut args = vec![
-            "trigger",
-            "--hub-kubeconfig",
+        let args = TriggerArgs::new(
             self.hub.kubeconfig_path(),
-            "--hub-namespace",
             HUB_NS,
-            "--slice",
             SLICE,
-            "--server-gateway",
             SERVER_GW,
-            "--client-gateway",
             CLIENT_GW,
-        ];
-        args.extend_from_slice(extra);
+        )
+        .to_args();
         let run = tokio::process::Command::new(recycler_binary())
             .args(&args)
+            .args(extra)
             .env_remove("KUBECONFIG")
             .kill_on_drop(true)
             .output();
@@ -467,7 +434,7 @@ pub const SERVER_WRITES: &str = "workerslicegwrecyclers";
 pub const CLIENT_WRITES: &str = "workerslicegwrecyclers/status";
 
 /// Hub writes to `resource` (as in [`block_writes`]) that failed so far.
-pub fn failed_writes(hub: &Cluster, resource: &str) -> u64 {
+pub fn failed_writes(hub: &SimCluster, resource: &str) -> u64 {
     let (res, sub) = resource.split_once('/').unwrap_or((resource, ""));
     hub.sim.requests().count_where(|k| {
         (k.verb == "patch" || k.verb == "update")

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use capstan_apis::networking::{LABEL_POD_TYPE, POD_TYPE_SLICEGATEWAY, SliceGateway};
+use capstan_gw_recycler::trigger::TriggerArgs;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -138,10 +139,12 @@ impl Slice {
             wait_for_gateway_pods(worker).await?;
         }
         println!("\nRecycling gateway pair {SERVER_GW} / {CLIENT_GW} (instance 0) live:");
-        let hub = self.hub_kubeconfig.to_string_lossy().into_owned();
+        let wait = TriggerArgs {
+            wait: true,
+            ..self.trigger_args()
+        };
         let trigger = Command::new(bin_dir.join("gw-recycler"))
-            .args(self.trigger_args(&hub))
-            .arg("--wait")
+            .args(wait.to_args())
             .env_remove("KUBECONFIG")
             .stdin(Stdio::null())
             .kill_on_drop(true)
@@ -155,20 +158,8 @@ impl Slice {
         Ok(())
     }
 
-    fn trigger_args<'a>(&self, hub: &'a str) -> Vec<&'a str> {
-        vec![
-            "trigger",
-            "--hub-kubeconfig",
-            hub,
-            "--hub-namespace",
-            HUB_NS,
-            "--slice",
-            SLICE,
-            "--server-gateway",
-            SERVER_GW,
-            "--client-gateway",
-            CLIENT_GW,
-        ]
+    fn trigger_args(&self) -> TriggerArgs {
+        TriggerArgs::new(&self.hub_kubeconfig, HUB_NS, SLICE, SERVER_GW, CLIENT_GW)
     }
 
     pub fn print_guide(&self, bin_dir: &Path) {
@@ -184,11 +175,15 @@ impl Slice {
                 worker.name
             );
         }
-        let hub = hub.to_string();
+        let other_instance = TriggerArgs {
+            instance: 1,
+            wait: true,
+            ..self.trigger_args()
+        };
         println!(
-            "  {} {} --instance 1 --wait   # recycle the other instance",
+            "  {} {}   # recycle the other instance",
             bin_dir.join("gw-recycler").display(),
-            self.trigger_args(&hub).join(" ")
+            other_instance.to_args().join(" ")
         );
     }
 }

@@ -82,8 +82,9 @@ pub struct Args {
     #[arg(long, env = "RETENTION", default_value = "1h", value_parser = parse_duration)]
     pub retention: Duration,
 
-    /// Gateway instances per SliceGateway.
-    #[arg(long, env = "GATEWAY_INSTANCES", default_value_t = 2)]
+    /// Gateway instances per SliceGateway (at least 1).
+    #[arg(long, env = "GATEWAY_INSTANCES", default_value_t = 2,
+          value_parser = capstan_runtime::cli::parse_count::<u32>)]
     pub gateway_instances: u32,
 
     /// Image of the gateway pods (runs `gw-sidecar`). Default: Capstan's image at this version.
@@ -115,4 +116,22 @@ pub struct Args {
 pub enum Command {
     /// Create a WorkerSliceGwRecycler on the hub (and optionally follow it).
     Trigger(trigger::TriggerArgs),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Args;
+    use clap::Parser;
+
+    #[test]
+    fn zero_gateway_instances_is_refused_naming_the_flag() {
+        let err = Args::try_parse_from(["gw-recycler", "--gateway-instances", "0"])
+            .expect_err("0 instances would give no gateway a deployment");
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
+        let text = err.to_string();
+        assert!(text.contains("--gateway-instances"), "{text}");
+        assert!(text.contains("must be at least 1"), "{text}");
+        let args = Args::try_parse_from(["gw-recycler", "--gateway-instances", "3"]).expect("3");
+        assert_eq!(args.gateway_instances, 3);
+    }
 }

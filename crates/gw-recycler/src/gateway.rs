@@ -32,9 +32,17 @@ pub struct GatewayReconciler {
     pub template: GatewayTemplate,
     pub sidecars: Sidecars,
     pub manager: String,
-    /// Last next hops pushed per (gateway, router incarnation): pushed again when they change, to a
-    /// new router pod or a restarted router container, or after a failed push.
-    pushed: Mutex<HashMap<(String, String), Vec<String>>>,
+    /// Per gateway, the router incarnation last pushed to and the next hops it got: pushed again
+    /// when they change, to a new router pod or a restarted router container, or after a failed
+    /// push. One entry per gateway, so routers coming and going leave nothing behind.
+    pushed: Mutex<HashMap<String, Pushed>>,
+}
+
+/// The next hops last pushed for one gateway, and to which router incarnation.
+#[derive(Debug, PartialEq, Eq)]
+struct Pushed {
+    router: String,
+    hops: Vec<String>,
 }
 
 /// What a pass left undone (re-check after a short backoff).
@@ -104,31 +112,34 @@ impl GatewayReconciler {
             })
             .collect();
         let hops = next_hops(&facts);
-        let (Some((router_uid, router)), Some(subnet)) =
+        let (Some((router_incarnation, router)), Some(subnet)) =
             (world.router(&slice), remote_subnet(gateway))
         else {
             return Ok(Pending(unready));
         };
-        let key = (name.clone(), router_uid);
-        let unchanged = lock(&self.pushed).get(&key) == Some(&hops);
+        let pushed = Pushed {
+            router: router_incarnation,
+            hops,
+        };
+        let unchanged = lock(&self.pushed).get(&name) == Some(&pushed);
         if !unchanged {
-            if let Err(error) = self.sidecars.set_next_hops(&router, &subnet, &hops).await {
+            if let Err(error) = self
+                .sidecars
+                .set_next_hops(&router, &subnet, &pushed.hops)
+                .await
+            {
                 // Unknown what the router holds now: push again on the next pass.
-                self.forget_pushed(&key);
+                lock(&self.pushed).remove(&name);
                 return Err(ReconcileError::PushNextHops {
                     gateway: name,
                     router,
                     source: error,
                 });
             }
-            tracing::info!(?hops, %router, "router next hops pushed");
-            lock(&self.pushed).insert(key, hops);
+            tracing::info!(hops = ?pushed.hops, %router, "router next hops pushed");
+            lock(&self.pushed).insert(name, pushed);
         }
         Ok(Pending(unready))
-    }
-
-    fn forget_pushed(&self, key: &(String, String)) {
-        lock(&self.pushed).remove(key);
     }
 
     async fn ensure_deployments(

@@ -6,7 +6,7 @@
 
 use capstan_apis::networking::{HostType, LABEL_SLICE_GW_DEP, SliceGateway};
 use capstan_apis::worker::WorkerSliceGwRecycler;
-use capstan_runtime::kube_errors::{is_conflict, is_not_found};
+use capstan_runtime::kube_errors::is_not_found;
 use gw_recycler_core::rebalance::{
     PodPlacement, RebalanceFacts, peer_deployment, pick_deployment_to_rebalance,
 };
@@ -98,13 +98,11 @@ pub async fn reconcile(
             Err(source) => return Err(failed(source)),
         }
     }
-    match api.create(&PostParams::default(), &cr).await {
-        Ok(_) => {
-            tracing::info!(%deployment, %client, "rebalancing: recycle created");
-            Ok(())
-        }
-        // Someone else started it first (or the deletion is still pending): the next pass sees it.
-        Err(e) if is_conflict(&e) => Err(failed(e)),
-        Err(source) => Err(failed(source)),
-    }
+    // A conflict (someone else started it first, or the deletion is still pending) fails this
+    // pass too: the retry sees the recycle, or the name free.
+    api.create(&PostParams::default(), &cr)
+        .await
+        .map_err(failed)?;
+    tracing::info!(%deployment, %client, "rebalancing: recycle created");
+    Ok(())
 }

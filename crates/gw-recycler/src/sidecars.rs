@@ -1,6 +1,7 @@
 //! The gRPC calls the recycler and the gateway reconciler make to the slice router sidecar and
 //! the gateway sidecars (`capstan-proto`'s clients), over lazily connected channels kept per
-//! address so a re-check costs one round trip.
+//! address so a re-check costs one round trip. Each call makes a `grpc` client span carrying the
+//! trace context (`capstan_runtime::http_trace`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -10,7 +11,9 @@ use capstan_proto::router::slice_router_sidecar_service_client::SliceRouterSidec
 use capstan_proto::router::{EcmpUpdateInfo, SliceGwConContext, VerifyRouteAddRequest};
 use capstan_proto::sidecar::GwPodStatus;
 use capstan_proto::sidecar::gw_sidecar_service_client::GwSidecarServiceClient;
+use capstan_runtime::http_trace::{TraceLayer, Traced};
 use tonic::transport::{Channel, Endpoint};
+use tower::Layer as _;
 
 /// A failed sidecar call.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +44,7 @@ impl SidecarError {
 pub struct Sidecars {
     port: u16,
     timeout: Duration,
-    channels: Arc<Mutex<HashMap<String, Channel>>>,
+    channels: Arc<Mutex<HashMap<String, Traced<Channel>>>>,
 }
 
 impl Sidecars {
@@ -53,7 +56,7 @@ impl Sidecars {
         }
     }
 
-    fn channel(&self, ip: &str) -> Result<(String, Channel), SidecarError> {
+    fn channel(&self, ip: &str) -> Result<(String, Traced<Channel>), SidecarError> {
         let address = format!("{ip}:{}", self.port);
         let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(channel) = channels.get(&address) {
@@ -67,7 +70,7 @@ impl Sidecars {
             .connect_timeout(self.timeout)
             .timeout(self.timeout)
             .tcp_nodelay(true);
-        let channel = endpoint.connect_lazy();
+        let channel = TraceLayer::grpc_client().layer(endpoint.connect_lazy());
         channels.insert(address.clone(), channel.clone());
         Ok((address, channel))
     }

@@ -15,7 +15,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 
 /// Start a recycle of one gateway pair.
-#[derive(clap::Args, Debug, Clone)]
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct TriggerArgs {
     /// Kubeconfig of the hub cluster.
     #[arg(long, env = "HUB_KUBECONFIG")]
@@ -44,6 +44,64 @@ pub struct TriggerArgs {
     /// Follow the recycle to `end` or `error_state` (exit 1 on error).
     #[arg(long)]
     pub wait: bool,
+}
+
+impl TriggerArgs {
+    /// A recycle of instance 0 of the pair, not followed (`--wait` off).
+    pub fn new(
+        hub_kubeconfig: impl Into<PathBuf>,
+        hub_namespace: &str,
+        slice: &str,
+        server_gateway: &str,
+        client_gateway: &str,
+    ) -> Self {
+        Self {
+            hub_kubeconfig: hub_kubeconfig.into(),
+            hub_namespace: hub_namespace.to_owned(),
+            slice: slice.to_owned(),
+            server_gateway: server_gateway.to_owned(),
+            client_gateway: client_gateway.to_owned(),
+            instance: 0,
+            server_deployment: None,
+            client_deployment: None,
+            wait: false,
+        }
+    }
+
+    /// The `gw-recycler` arguments (from `trigger` on) that parse back into these: what tests,
+    /// the demo and its printed guide run.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "trigger",
+            "--hub-kubeconfig",
+            &self.hub_kubeconfig.to_string_lossy(),
+            "--hub-namespace",
+            &self.hub_namespace,
+            "--slice",
+            &self.slice,
+            "--server-gateway",
+            &self.server_gateway,
+            "--client-gateway",
+            &self.client_gateway,
+        ]
+        .map(str::to_owned)
+        .into();
+        if self.instance != 0 {
+            args.extend(["--instance".to_owned(), self.instance.to_string()]);
+        }
+        for (flag, value) in [
+            ("--server-deployment", &self.server_deployment),
+            ("--client-deployment", &self.client_deployment),
+        ] {
+            if let Some(value) = value {
+                args.extend([flag.to_owned(), value.clone()]);
+            }
+        }
+        if self.wait {
+            args.push("--wait".to_owned());
+        }
+        args
+    }
 }
 
 /// Why a trigger did not start or finish a recycle.
@@ -265,5 +323,33 @@ mod tests {
         assert!(in_progress(std::slice::from_ref(&busy), &cli.args).is_some());
         busy.spec.state = Some(State::from("end"));
         assert!(in_progress(&[busy], &cli.args).is_none());
+    }
+    #[test]
+    fn to_args_parses_back_into_the_same_trigger() {
+        #[derive(Parser)]
+        struct Binary {
+            #[command(subcommand)]
+            command: crate::cli::Command,
+        }
+        let parse = |args: &TriggerArgs| {
+            let argv = std::iter::once("gw-recycler".to_owned()).chain(args.to_args());
+            let crate::cli::Command::Trigger(parsed) = Binary::parse_from(argv).command;
+            parsed
+        };
+        let plain = TriggerArgs::new("/hub", "kubeslice-p", "red", "red-a-b", "red-b-a");
+        assert_eq!(
+            plain.to_args().join(" "),
+            "trigger --hub-kubeconfig /hub --hub-namespace kubeslice-p --slice red \
+             --server-gateway red-a-b --client-gateway red-b-a"
+        );
+        assert_eq!(parse(&plain), plain);
+        let every = TriggerArgs {
+            instance: 1,
+            server_deployment: Some("red-a-b-1-1".into()),
+            client_deployment: Some("red-b-a-1-1".into()),
+            wait: true,
+            ..plain
+        };
+        assert_eq!(parse(&every), every);
     }
 }

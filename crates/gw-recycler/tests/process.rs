@@ -1,44 +1,15 @@
 //! The built `gw-recycler` binary keeps the process contract of every Capstan binary.
 
 use capstan_testkit::process::contract;
-use kube_sim::{Config, KubeSim};
-use tempfile::NamedTempFile;
+use capstan_testkit_sim::SimCluster;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gw-recycler");
 const HUB_NS: &str = "kubeslice-red";
 
-/// A kube-sim with Capstan's CRDs (serving as hub and worker at once) and its kubeconfig file.
-struct Cluster {
-    _sim: KubeSim,
-    kubeconfig: NamedTempFile,
-}
-
-impl Cluster {
-    async fn start() -> Self {
-        let sim = KubeSim::start(Config::default())
-            .await
-            .expect("kube-sim starts");
-        let client = sim.client().expect("client");
-        capstan_testkit::install_capstan_crds(&client)
-            .await
-            .expect("Capstan's CRDs installed and Established");
-        let kubeconfig = NamedTempFile::new().expect("temp file");
-        sim.write_kubeconfig(kubeconfig.path())
-            .expect("kubeconfig written");
-        Self {
-            _sim: sim,
-            kubeconfig,
-        }
-    }
-
-    fn kubeconfig_path(&self) -> &str {
-        self.kubeconfig.path().to_str().expect("utf-8 temp path")
-    }
-}
-
 #[tokio::test]
 async fn serves_admin_endpoints_and_exits_zero_on_sigterm() {
-    let cluster = Cluster::start().await;
+    // One kube-sim serves as hub and worker at once.
+    let cluster = SimCluster::start().await;
     let path = cluster.kubeconfig_path();
     let args = [
         "--kubeconfig",
@@ -53,7 +24,8 @@ async fn serves_admin_endpoints_and_exits_zero_on_sigterm() {
 
 #[tokio::test]
 async fn reads_flags_from_the_environment_and_logs_json() {
-    let cluster = Cluster::start().await;
+    // One kube-sim serves as hub and worker at once.
+    let cluster = SimCluster::start().await;
     let path = cluster.kubeconfig_path();
     let envs = [
         ("KUBECONFIG", path),
