@@ -15,7 +15,16 @@ pub struct Projection<T> {
     relisting: Option<HashMap<String, T>>,
     /// True once the first full list has been seen.
     synced: bool,
+    /// Counts the watch events applied; `changed_at[name]` is the count at the last event that
+    /// touched `name`, a deletion included (kept after the item is gone), so a writer can tell
+    /// whether the watch moved on since it read (see [`Projection::stamp`]).
+    events: u64,
+    changed_at: HashMap<String, u64>,
 }
+
+/// Where the watch stood for one name when a reconcile read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp(u64);
 
 impl<T> Default for Projection<T> {
     fn default() -> Self {
@@ -23,6 +32,8 @@ impl<T> Default for Projection<T> {
             items: HashMap::new(),
             relisting: None,
             synced: false,
+            events: 0,
+            changed_at: HashMap::new(),
         }
     }
 }
@@ -48,6 +59,25 @@ impl<T> Projection<T> {
         self.synced
     }
 
+    /// Where the watch stands for `name` now: read it with the facts a decision is made from.
+    pub fn stamp(&self, name: &str) -> Stamp {
+        Stamp(self.changed_at.get(name).copied().unwrap_or(0))
+    }
+
+    /// Stores `facts` (what our own write left on the server) only if no watch event touched
+    /// `name` since `stamp`: an event since then (an update, or a deletion that already removed
+    /// the object again) is newer than the write and must not be overwritten by it.
+    pub fn record_own_write(&mut self, name: &str, stamp: Stamp, facts: T) {
+        if self.stamp(name) == stamp {
+            self.items.insert(name.to_owned(), facts);
+        }
+    }
+
+    fn touch(&mut self, name: &str) {
+        self.events += 1;
+        self.changed_at.insert(name.to_owned(), self.events);
+    }
+
     /// Applies one watcher event (objects already projected to `(name, facts)`) and returns the
     /// names to reconcile. `same` says whether two facts need no reconcile between them.
     pub fn apply(
@@ -57,11 +87,13 @@ impl<T> Projection<T> {
     ) -> Vec<String> {
         match event {
             watcher::Event::Apply((name, facts)) => {
+                self.touch(&name);
                 let changed = self.items.get(&name).is_none_or(|old| !same(old, &facts));
                 self.items.insert(name.clone(), facts);
                 if changed { vec![name] } else { Vec::new() }
             }
             watcher::Event::Delete((name, _)) => {
+                self.touch(&name);
                 if self.items.remove(&name).is_some() {
                     vec![name]
                 } else {
@@ -93,6 +125,13 @@ impl<T> Projection<T> {
                         .filter(|name| !fresh.contains_key(*name))
                         .cloned(),
                 );
+                // A re-list replaces everything: every name it or the old items held moved on.
+                let touched: Vec<String> = fresh.keys().chain(self.items.keys()).cloned().collect();
+                for name in &touched {
+                    self.touch(name);
+                }
+                // Names in neither need no stamp any more (bounded by the live names).
+                self.changed_at.retain(|name, _| fresh.contains_key(name));
                 self.items = fresh;
                 self.synced = true;
                 changed
@@ -112,6 +151,41 @@ mod tests {
     fn sorted(mut names: Vec<String>) -> Vec<String> {
         names.sort();
         names
+    }
+
+    #[test]
+    fn an_own_write_is_recorded_only_if_the_watch_did_not_move_on() {
+        let same = |a: &u32, b: &u32| a == b;
+        let mut p = Projection::default();
+        // Read while absent, write (create) 1: recorded.
+        let stamp = p.stamp("a");
+        p.record_own_write("a", stamp, 1);
+        assert_eq!(p.get("a"), Some(&1));
+
+        // Read at 1; meanwhile the watch sees our write and then a deletion: the projection is
+        // empty again, and the late record of our write must not bring the object back.
+        let stamp = p.stamp("a");
+        p.apply(ev_apply("a", 2), same);
+        p.apply(watcher::Event::Delete(("a".into(), 2)), same);
+        p.record_own_write("a", stamp, 2);
+        assert_eq!(
+            p.get("a"),
+            None,
+            "a deleted object came back from a stale write"
+        );
+
+        // Read at 3; the watch delivers an update before our write's record: the watch wins.
+        p.apply(ev_apply("a", 3), same);
+        let stamp = p.stamp("a");
+        p.apply(ev_apply("a", 4), same);
+        p.record_own_write("a", stamp, 5);
+        assert_eq!(p.get("a"), Some(&4));
+
+        // Another name's events do not block this one's record.
+        let stamp = p.stamp("a");
+        p.apply(ev_apply("b", 1), same);
+        p.record_own_write("a", stamp, 6);
+        assert_eq!(p.get("a"), Some(&6));
     }
 
     #[test]

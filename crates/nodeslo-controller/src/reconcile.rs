@@ -11,11 +11,11 @@ use capstan_runtime::kube_errors::{is_conflict, is_not_found, status_code};
 use capstan_runtime::sync::{read, write};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
 use nodeslo_core::decide::SpecShapeError;
-use nodeslo_core::{Decision, SloFacts, decide};
+use nodeslo_core::{Decision, decide};
 
 use crate::controller::NodeSloController;
+use crate::projection::Stamp;
 use crate::watch::project_slo;
 
 /// The object kind in the runtime's reconcile metrics and spans.
@@ -87,7 +87,10 @@ impl NodeSloController {
     async fn reconcile_node(&self, name: &str) -> Result<(), ReconcileError> {
         // Read.
         let node = read(&self.nodes).get(name).cloned();
-        let slo = read(&self.slos).get(name).cloned();
+        let (slo, stamp) = {
+            let slos = read(&self.slos);
+            (slos.get(name).cloned(), slos.stamp(name))
+        };
         let config = read(&self.config).current.clone();
         // Decide.
         let outcome = decide(node.as_ref(), slo.as_ref(), &config)?;
@@ -95,10 +98,15 @@ impl NodeSloController {
             self.report_invalid_bandwidth(name, value).await;
         }
         // Apply.
-        self.write(name, outcome.decision).await
+        self.write(name, stamp, outcome.decision).await
     }
 
-    async fn write(&self, name: &str, decision: Decision) -> Result<(), ReconcileError> {
+    async fn write(
+        &self,
+        name: &str,
+        stamp: Stamp,
+        decision: Decision,
+    ) -> Result<(), ReconcileError> {
         let api: Api<NodeSlo> = Api::all(self.client.clone());
         let node = || name.to_owned();
         // The reasons are Koordinator's metric labels, kept as the reference spells them.
@@ -111,7 +119,7 @@ impl NodeSloController {
                 };
                 let result = api.create(&params, &NodeSlo::new(name, spec)).await;
                 if let Ok(created) = &result {
-                    self.remember_written(name, None, created);
+                    self.remember_written(name, stamp, created);
                 }
                 let result = result.map(drop).map_err(|source| ReconcileError::Create {
                     node: node(),
@@ -130,7 +138,7 @@ impl NodeSloController {
                 };
                 let result = api.patch(name, &params, &Patch::Json::<()>(patch)).await;
                 if let Ok(updated) = &result {
-                    self.remember_written(name, resource_version.as_deref(), updated);
+                    self.remember_written(name, stamp, updated);
                 }
                 let result = result.map(drop).map_err(|source| ReconcileError::Update {
                     node: node(),
@@ -158,22 +166,11 @@ impl NodeSloController {
     }
 
     /// Records what our own successful write left on the server, so that the watch event echoing
-    /// it finds nothing new and costs no second reconcile. Only when the projection still holds
-    /// the version the write was based on (`None`: no NodeSLO): if the watch has already moved
-    /// past it, the projection is newer than our write and stays as it is.
-    fn remember_written(&self, name: &str, based_on: Option<&str>, written: &NodeSlo) {
-        let mut slos = write(&self.slos);
-        let unchanged_since_decision = match (based_on, slos.get(name)) {
-            (None, None) => true,
-            (Some(rv), Some(facts)) => facts.resource_version.as_deref() == Some(rv),
-            _ => false,
-        };
-        if unchanged_since_decision {
-            slos.apply(
-                watcher::Event::Apply(project_slo(written.clone())),
-                SloFacts::same_for_reconcile,
-            );
-        }
+    /// it finds nothing new and costs no second reconcile; only if no watch event touched the
+    /// name since the decision was read (then the projection is newer than our write).
+    fn remember_written(&self, name: &str, stamp: Stamp, written: &NodeSlo) {
+        let (_, facts) = project_slo(written.clone());
+        write(&self.slos).record_own_write(name, stamp, facts);
     }
 }
 
