@@ -121,7 +121,6 @@ pub async fn start(
             "1s",
             "--step-timeout",
             "60s",
-            "--gateway-arg=--log-level=warn",
         ];
         let label = format!("gw-recycler-{}", worker.name);
         let mut process = spawn_as(bin_dir, dir, "gw-recycler", &label, &args)?;
@@ -173,6 +172,12 @@ impl Slice {
                 "  KUBECONFIG={} kubectl -n {GW_NS} get slicegateways,deployments,pods   # {}",
                 worker.kubeconfig.display(),
                 worker.name
+            );
+        }
+        if let Some(worker) = self.workers.first() {
+            println!(
+                "  KUBECONFIG={} kubectl -n {GW_NS} logs vl3-slice-router-{SLICE}   # the router sidecar, a real process",
+                worker.kubeconfig.display()
             );
         }
         let other_instance = TriggerArgs {
@@ -244,7 +249,7 @@ async fn seed_worker(
         "spec": {"containers": [{
             "name": "kubeslice-router-sidecar", "image": IMAGE, "command": ["router-sidecar"],
             "args": ["--backend", "memory", "--listen", "$(POD_IP):5000",
-                     "--metrics-addr", "$(POD_IP):8081", "--log-level", "warn"],
+                     "--metrics-addr", "$(POD_IP):8081"],
             "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
         }]}
     }))?;
