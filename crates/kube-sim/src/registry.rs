@@ -31,8 +31,9 @@ pub struct ResourceInfo {
     pub has_generation: bool,
     /// Defined by a CRD (validation, pruning, no strategic merge patch).
     pub custom: bool,
-    /// The CRD's `openAPIV3Schema` for this version.
-    pub schema: Option<Value>,
+    /// The CRD's `openAPIV3Schema` for this version, shared: every request clones its
+    /// `ResourceInfo`, and a deep copy of a large schema per request dominated CRD writes.
+    pub schema: Option<std::sync::Arc<Value>>,
     pub printer_columns: Vec<PrinterColumn>,
     /// The storage version (all versions share one store).
     pub storage_version: String,
@@ -400,7 +401,10 @@ pub fn crd_resources(crd: &Value) -> Vec<ResourceInfo> {
                 subresources,
                 has_generation: true,
                 custom: true,
-                schema: v["schema"].get("openAPIV3Schema").cloned(),
+                schema: v["schema"]
+                    .get("openAPIV3Schema")
+                    .cloned()
+                    .map(std::sync::Arc::new),
                 printer_columns,
                 storage_version: storage_version.clone(),
             })

@@ -129,7 +129,15 @@ impl KubeSim {
         let app = testbed.wrap(app);
         let task = match &tls {
             Some(tls) => tokio::spawn(serve(tls.listener(listener), app, shutdown)),
-            None => tokio::spawn(serve(listener, app, shutdown)),
+            None => {
+                use axum::serve::ListenerExt;
+                let listener = listener.tap_io(|tcp| {
+                    // Watch events and small replies must leave at once: with Nagle on, a write
+                    // behind an unacknowledged one waits for the client's delayed ACK (~40 ms).
+                    let _ = tcp.set_nodelay(true);
+                });
+                tokio::spawn(serve(listener, app, shutdown))
+            }
         };
         Ok(Self {
             addr,

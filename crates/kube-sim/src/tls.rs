@@ -108,6 +108,8 @@ impl Listener for TlsListener {
                     continue;
                 }
             };
+            // As for plain TCP (server.rs): no Nagle delay on watch events and small replies.
+            let _ = tcp.set_nodelay(true);
             // A client that never finishes its handshake must not stall the accept loop for long.
             match tokio::time::timeout(Duration::from_secs(5), self.acceptor.accept(tcp)).await {
                 Ok(Ok(stream)) => return (stream, addr),

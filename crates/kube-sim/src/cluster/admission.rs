@@ -44,7 +44,13 @@ impl Cluster {
             )));
         }
         schema::apply_defaults(schema, obj);
-        let mut errs = schema::validate(schema, &spec_and_status(obj), "");
+        // Metadata is validated separately: take it out for the schema walk rather than copy
+        // the rest of the object (maps are sorted, so putting it back changes nothing).
+        let metadata = obj.as_object_mut().and_then(|m| m.remove("metadata"));
+        let mut errs = schema::validate(schema, obj, "");
+        if let (Some(metadata), Some(m)) = (metadata, obj.as_object_mut()) {
+            m.insert("metadata".to_string(), metadata);
+        }
         errs.retain(|e| {
             !e.field.starts_with("metadata")
                 && !e.field.starts_with("apiVersion")

@@ -10,7 +10,7 @@ mod tests;
 mod validation;
 mod write;
 
-use validation::{check_type_meta, metadata_errors, name_errors, spec_and_status};
+use validation::{check_type_meta, metadata_errors, name_errors};
 
 use crate::apply::{self, Writer};
 use crate::convert;

@@ -111,16 +111,3 @@ pub(super) fn check_type_meta(info: &ResourceInfo, body: &Value) -> Result<()> {
     }
     Ok(())
 }
-
-/// The part of a custom resource the schema validates (metadata is validated separately).
-pub(super) fn spec_and_status(obj: &Value) -> Value {
-    match obj {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .filter(|(k, _)| k.as_str() != "metadata")
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        ),
-        other => other.clone(),
-    }
-}

@@ -101,7 +101,7 @@ impl Cluster {
             None,
             &mut body,
             &Self::writer(&info.api_version(), opts, Sub::Main, &now),
-            apply::ListTypes::from_schema(info.schema.as_ref()),
+            apply::ListTypes::from_schema(info.schema.as_deref()),
         );
         if opts.dry_run {
             return Ok(body);
@@ -280,7 +280,7 @@ impl Cluster {
         let now = util::now_rfc3339();
         if track {
             let av = info.api_version();
-            let lt = apply::ListTypes::from_schema(info.schema.as_ref());
+            let lt = apply::ListTypes::from_schema(info.schema.as_deref());
             apply::track_update(Some(old), &mut new, &Self::writer(&av, opts, sub, &now), lt);
         }
         if new == **old {
@@ -437,7 +437,7 @@ impl Cluster {
         let now = util::now_rfc3339();
         let av = info.api_version();
         let w = Self::writer(&av, opts, sub, &now);
-        let lt = apply::ListTypes::from_schema(info.schema.as_ref());
+        let lt = apply::ListTypes::from_schema(info.schema.as_deref());
         let merged = apply::apply(old.as_deref(), &applied, &w, opts.force, lt).map_err(|c| {
             ApiError::new(409, "Conflict", c.message()).with_details(json!({"causes": c.causes()}))
         })?;

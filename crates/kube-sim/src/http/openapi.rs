@@ -48,7 +48,7 @@ fn doc_hash(registry: &Registry, group: &str, version: &str) -> String {
     {
         r.plural.hash(&mut h);
         r.kind.hash(&mut h);
-        r.schema.as_ref().map(Value::to_string).hash(&mut h);
+        r.schema.as_deref().map(Value::to_string).hash(&mut h);
     }
     format!("{:016X}", h.finish())
 }
@@ -84,10 +84,10 @@ fn gvk(info: &ResourceInfo) -> Value {
 }
 
 fn kind_schema(info: &ResourceInfo) -> Value {
-    let mut schema = info
-        .schema
-        .clone()
-        .unwrap_or_else(|| json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
+    let mut schema =
+        info.schema.as_deref().cloned().unwrap_or_else(
+            || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        );
     if !schema.is_object() {
         schema = json!({"type": "object"});
     }
