@@ -5,6 +5,9 @@
 //! nothing here asserts a wall-clock time. Every run prints one table, writes it as JSON (with the
 //! commit) under `--out-dir`, and an SVG per controller suite next to it.
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};

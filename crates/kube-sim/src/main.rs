@@ -1,5 +1,8 @@
 //! `kube-sim serve`: run the embedded API server as a process.
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use anyhow::Context;
 use capstan_runtime::cli::{CommonArgs, LogFormat};
 use capstan_runtime::shutdown::Shutdown;
