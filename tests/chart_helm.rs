@@ -364,6 +364,10 @@ async fn bad_values_are_rejected_naming_the_field() {
             json!({"controllers": {"gw-recycler": {"role": "primary"}}}),
             "role",
         ),
+        (
+            json!({"controllers": {"gw-recycler": {"rebalance": "yes"}}}),
+            "/controllers/gw-recycler/rebalance",
+        ),
     ];
     for (i, (values, field)) in cases.iter().enumerate() {
         match cluster.install(&format!("bad-{i}"), NS, values).await {
