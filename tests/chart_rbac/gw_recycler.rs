@@ -11,8 +11,9 @@ use std::path::Path;
 use capstan_apis::networking::SliceGateway;
 use capstan_apis::worker::WorkerSliceGwRecycler;
 use capstan_gw_recycler::trigger::TriggerArgs;
+use capstan_scenarios::slice::{add_gateway_node, gateway_pod_nodes, label_gateway_node};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube_sim::kubelet::KubeletConfig;
 use kube_sim::workloads::WorkloadOptions;
@@ -370,21 +371,6 @@ async fn gw_recycler_runs_on_exactly_the_chart_and_hub_rbac() {
     }
 }
 
-/// The nodes of the Running gateway pods of `gateway` on `worker`.
-async fn gateway_pod_nodes(worker: &Worker, gateway: &str) -> Vec<String> {
-    let pods: Api<Pod> = Api::namespaced(worker.cluster.admin.clone(), GW_NS);
-    let lp = ListParams::default().labels(&format!("kubeslice.io/slice-gw={gateway}"));
-    let Ok(list) = pods.list(&lp).await else {
-        return Vec::new();
-    };
-    list.items
-        .iter()
-        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gw_recycler_rebalances_on_the_charts_node_grants() {
     if !helm::available("gw_recycler_rebalances_on_the_charts_node_grants").await {
@@ -441,28 +427,12 @@ async fn gw_recycler_rebalances_on_the_charts_node_grants() {
     // Both gateway pods run on kube-sim's one node; it and a second node become gateway nodes,
     // so the first holds 2 > ceil(2/2) pods.
     let crowded = eventually("two gateway pods on one node", WAIT, output, || async {
-        let nodes = gateway_pod_nodes(&server, SERVER_GW).await;
+        let nodes = gateway_pod_nodes(&server.cluster.admin, GW_NS, SERVER_GW).await;
         (nodes.len() == 2 && nodes[0] == nodes[1]).then(|| nodes[0].clone())
     })
     .await;
-    let nodes: Api<Node> = Api::all(server.cluster.admin.clone());
-    let gateway_label = json!({"metadata": {"labels": {"kubeslice.io/node-type": "gateway"}}});
-    nodes
-        .patch(
-            &crowded,
-            &PatchParams::default(),
-            &Patch::Merge(&gateway_label),
-        )
-        .await
-        .expect("node labelled");
-    nodes
-        .create(
-            &PostParams::default(),
-            &from_json(json!({"metadata": {"name": "gateway-2",
-                "labels": {"kubeslice.io/node-type": "gateway"}}})),
-        )
-        .await
-        .expect("second gateway node");
+    label_gateway_node(&server.cluster.admin, &crowded).await;
+    add_gateway_node(&server.cluster.admin, "gateway-2").await;
 
     let recyclers: Api<WorkerSliceGwRecycler> = Api::namespaced(hub.admin.clone(), HUB_NS);
     let done = eventually("the rebalancing recycle at end", WAIT, output, || async {
