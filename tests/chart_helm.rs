@@ -1,14 +1,16 @@
 //! The Helm chart checked as a user meets it, with Helm's own Go library (helm-sdkpy) against
 //! kube-sim with RBAC on: lint, install with every component, upgrade, uninstall and reinstall, two
-//! releases side by side, and the values schema rejecting bad values by field.
+//! releases side by side, the values schema rejecting bad values by field, and the optional
+//! ServiceMonitors against a Prometheus Operator CRD.
 
 use capstan_scenarios::helm::{self, Cluster, HelmError};
 use capstan_scenarios::tools::skip_or_fail;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kube::api::{Api, ListParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{Value, json};
 
 const NS: &str = "capstan-system";
@@ -362,6 +364,10 @@ async fn bad_values_are_rejected_naming_the_field() {
             json!({"controllers": {"gw-recycler": {"role": "primary"}}}),
             "role",
         ),
+        (
+            json!({"controllers": {"gw-recycler": {"rebalance": "yes"}}}),
+            "/controllers/gw-recycler/rebalance",
+        ),
     ];
     for (i, (values, field)) in cases.iter().enumerate() {
         match cluster.install(&format!("bad-{i}"), NS, values).await {
@@ -411,4 +417,140 @@ async fn uninstall_leaves_nothing_and_the_same_name_installs_again() {
     );
     assert_eq!(again["info"]["status"], "deployed");
     assert_eq!(again["version"], 1);
+}
+
+/// A minimal `monitoring.coreos.com/v1` ServiceMonitor CRD, as the Prometheus Operator installs it
+/// (its schema reduced to "any object": this test checks what the chart writes, not the operator).
+fn service_monitor_crd() -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "scope": "Namespaced",
+            "names": {"plural": "servicemonitors", "singular": "servicemonitor",
+                      "kind": "ServiceMonitor", "listKind": "ServiceMonitorList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    }))
+    .expect("CRD")
+}
+
+fn service_monitors(cluster: &Cluster) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor");
+    Api::namespaced_with(cluster.admin.clone(), NS, &ApiResource::from_gvk(&gvk))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_monitors_select_exactly_each_metrics_service() {
+    let Some(cluster) = cluster("service_monitors_select_exactly_each_metrics_service").await
+    else {
+        return;
+    };
+    let mut values = everything();
+    values["serviceMonitor"] = json!({"enabled": true, "labels": {"release": "prometheus"}});
+
+    // Without the CRD, Helm refuses the release naming the missing kind, and installs nothing
+    // (the template does not skip them quietly: the user asked for ServiceMonitors).
+    match cluster.install("capstan", NS, &values).await {
+        Err(HelmError::Failed(message)) => assert!(
+            message.contains(
+                r#"no matches for kind "ServiceMonitor" in version "monitoring.coreos.com/v1""#
+            ) && message.contains("ensure CRDs are installed first"),
+            "{message}"
+        ),
+        other => panic!("installed a ServiceMonitor without its CRD: {other:?}"),
+    }
+    let left = count_labelled(&cluster, "capstan").await;
+    assert!(left.is_empty(), "the refused install left {left:?}");
+
+    capstan_testkit::install_crds(&cluster.admin, [service_monitor_crd()])
+        .await
+        .expect("ServiceMonitor CRD established");
+    ok(cluster.install("capstan", NS, &values).await, "install");
+    let monitors = service_monitors(&cluster);
+    let services: Api<Service> = Api::namespaced(cluster.admin.clone(), NS);
+    let found = monitors.list(&ListParams::default()).await.expect("list");
+    let mut names: Vec<String> = found
+        .items
+        .iter()
+        .filter_map(|m| m.metadata.name.clone())
+        .collect();
+    names.sort();
+    // One per enabled controller; the standalone sidecars have no metrics Service.
+    assert_eq!(
+        names,
+        [
+            "capstan-gw-recycler",
+            "capstan-machineclass-controller",
+            "capstan-nodeslo-controller"
+        ]
+    );
+    for monitor in &found.items {
+        let name = monitor.metadata.name.clone().unwrap_or_default();
+        let labels = monitor.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels.get("release").map(String::as_str),
+            Some("prometheus"),
+            "{name}: serviceMonitor.labels"
+        );
+        let spec = &monitor.data["spec"];
+        let selector: Vec<String> = spec["selector"]["matchLabels"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{name}: no selector.matchLabels"))
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.as_str().expect("label value")))
+            .collect();
+        assert!(
+            spec["selector"]["matchExpressions"].is_null() && spec["namespaceSelector"].is_null(),
+            "{name}: {spec}"
+        );
+        let selected = services
+            .list(&ListParams::default().labels(&selector.join(",")))
+            .await
+            .expect("list services");
+        let selected_names: Vec<String> = selected
+            .items
+            .iter()
+            .filter_map(|s| s.metadata.name.clone())
+            .collect();
+        assert_eq!(
+            selected_names,
+            [format!("{name}-metrics")],
+            "{name} selects exactly its metrics Service"
+        );
+        let ports: Vec<String> = selected.items[0]
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|p| p.name)
+            .collect();
+        let endpoints = spec["endpoints"].as_array().expect("endpoints");
+        assert!(!endpoints.is_empty(), "{name}: no endpoint");
+        for endpoint in endpoints {
+            let port = endpoint["port"].as_str().unwrap_or_default();
+            assert!(
+                ports.iter().any(|p| p == port),
+                "{name}: endpoint port {port:?} is not a port of its Service: {ports:?}"
+            );
+            assert_eq!(endpoint["interval"], "30s", "{name}");
+        }
+    }
+
+    ok(cluster.uninstall("capstan", NS).await, "uninstall");
+    let after = monitors.list(&ListParams::default()).await.expect("list");
+    assert!(
+        after.items.is_empty(),
+        "ServiceMonitors left after uninstall: {:?}",
+        after
+            .items
+            .iter()
+            .map(|m| &m.metadata.name)
+            .collect::<Vec<_>>()
+    );
 }

@@ -6,11 +6,13 @@
 use capstan_apis::networking::SliceGateway;
 use capstan_apis::worker::WorkerSliceGwRecycler;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use capstan_scenarios::slice::{CLIENT_GW, HUB_NS, NS, SERVER_GW, Testbed, WAIT, Worker};
+use capstan_scenarios::slice::{
+    CLIENT_GW, HUB_NS, NS, SERVER_GW, Testbed, WAIT, add_gateway_node, gateway_pod_nodes,
+    label_gateway_node,
+};
 use capstan_testkit::eventually;
 use capstan_testkit_sim::SimCluster;
 
@@ -20,20 +22,6 @@ async fn recyclers(hub: &SimCluster) -> Vec<WorkerSliceGwRecycler> {
         .await
         .expect("recyclers")
         .items
-}
-
-/// The nodes of the Running gateway pods of the server SliceGateway.
-async fn gateway_pod_nodes(worker: &Worker) -> Vec<String> {
-    let pods: Api<Pod> = Api::namespaced(worker.cluster.client.clone(), NS);
-    let list = pods
-        .list(&ListParams::default().labels(&format!("kubeslice.io/slice-gw={SERVER_GW}")))
-        .await
-        .expect("pods");
-    list.items
-        .iter()
-        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -50,30 +38,14 @@ async fn a_node_holding_more_than_its_share_of_gateway_pods_gets_one_recycle() {
     // Both gateway pods land on kube-sim's only node; label it a gateway node: one usable node,
     // no rebalancing.
     let crowded = eventually("two gateway pods on one node", WAIT, || async {
-        let nodes = gateway_pod_nodes(&server).await;
+        let nodes = gateway_pod_nodes(&server.cluster.client, NS, SERVER_GW).await;
         (nodes.len() == 2 && nodes[0] == nodes[1]).then(|| nodes[0].clone())
     })
     .await;
-    let nodes: Api<Node> = Api::all(server.cluster.client.clone());
-    let gateway_label = json!({"metadata": {"labels": {"kubeslice.io/node-type": "gateway"}}});
-    nodes
-        .patch(
-            &crowded,
-            &PatchParams::default(),
-            &Patch::Merge(&gateway_label),
-        )
-        .await
-        .expect("node labelled");
+    label_gateway_node(&server.cluster.client, &crowded).await;
 
     // A second gateway node: the first now holds 2 > ceil(2/2).
-    let second: Node = serde_json::from_value(json!({
-        "metadata": {"name": "gateway-2", "labels": {"kubeslice.io/node-type": "gateway"}}
-    }))
-    .expect("node");
-    nodes
-        .create(&PostParams::default(), &second)
-        .await
-        .expect("second gateway node");
+    add_gateway_node(&server.cluster.client, "gateway-2").await;
 
     let cr = eventually("a rebalancing recycle on the hub", WAIT, || async {
         recyclers(&hub).await.into_iter().next()

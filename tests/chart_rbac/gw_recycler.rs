@@ -2,7 +2,8 @@
 //! is installed and the recycler runs as its chart ServiceAccount; on the hub, the Roles of
 //! deploy/gw-recycler-hub-rbac.yaml are bound to the recyclers' hub identities and to the one that
 //! runs `gw-recycler trigger`. Three recycles (the third re-uses a finished recycle's name, as a
-//! trigger does), then a restart with a short retention deletes the finished CRs.
+//! trigger does), then a restart with a short retention deletes the finished CRs. With the chart's
+//! `rebalance` switch, a rebalancing recycle runs on the Node grants the switch adds.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,6 +11,7 @@ use std::path::Path;
 use capstan_apis::networking::SliceGateway;
 use capstan_apis::worker::WorkerSliceGwRecycler;
 use capstan_gw_recycler::trigger::TriggerArgs;
+use capstan_scenarios::slice::{add_gateway_node, gateway_pod_nodes, label_gateway_node};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::RoleBinding;
@@ -40,7 +42,14 @@ struct Worker {
 }
 
 impl Worker {
-    async fn start(pod_cidr: &str, gateway: &'static str, host_type: &str, subnet: &str) -> Self {
+    /// `rebalance`: the chart's `controllers.gw-recycler.rebalance`.
+    async fn start(
+        pod_cidr: &str,
+        gateway: &'static str,
+        host_type: &str,
+        subnet: &str,
+        rebalance: bool,
+    ) -> Self {
         let sidecars = binary("sidecar-shim", "gw-sidecar");
         binary("sidecar-shim", "router-sidecar");
         let sidecar_dir = sidecars.parent().expect("binaries folder").to_path_buf();
@@ -62,7 +71,7 @@ impl Worker {
             "controllers": {
                 "nodeslo-controller": {"enabled": false},
                 "machineclass-controller": {"enabled": false},
-                "gw-recycler": {"enabled": true}
+                "gw-recycler": {"enabled": true, "rebalance": rebalance}
             },
             "hub": {"kubeconfigSecret": "hub-kubeconfig", "namespace": HUB_NS}
         });
@@ -164,8 +173,9 @@ impl Worker {
 }
 
 /// The hub: Capstan's CRDs, the project namespace, and deploy/gw-recycler-hub-rbac.yaml's Roles
-/// bound as the file says. Returns each Role's grants by name.
-async fn hub() -> (Cluster, BTreeMap<String, BTreeSet<Grant>>) {
+/// bound as the file says; the `-rebalance` Role (to the server side's identity) only with
+/// `rebalance`. Returns each bound Role's grants by name.
+async fn hub(rebalance: bool) -> (Cluster, BTreeMap<String, BTreeSet<Grant>>) {
     let hub = Cluster::start().await;
     capstan_testkit::install_capstan_crds(&hub.admin)
         .await
@@ -205,12 +215,17 @@ async fn hub() -> (Cluster, BTreeMap<String, BTreeSet<Grant>>) {
         doc["metadata"]["namespace"] = json!(HUB_NS);
         let role: Role = from_json(doc);
         let name = role.metadata.name.clone().expect("role name");
+        if name.ends_with("-rebalance") && !rebalance {
+            continue;
+        }
         roles
             .create(&PostParams::default(), &role)
             .await
             .expect("hub role");
         let subjects: &[&str] = if name.ends_with("-trigger") {
             &[HUB_TRIGGER]
+        } else if name.ends_with("-rebalance") {
+            &[HUB_SERVER]
         } else {
             &[HUB_SERVER, HUB_CLIENT]
         };
@@ -261,9 +276,9 @@ async fn gw_recycler_runs_on_exactly_the_chart_and_hub_rbac() {
     if !helm::available("gw_recycler_runs_on_exactly_the_chart_and_hub_rbac").await {
         return;
     }
-    let (hub, hub_grants) = hub().await;
-    let server = Worker::start("127.60.0.0/16", SERVER_GW, "Server", "10.2.0.0/16").await;
-    let client = Worker::start("127.61.0.0/16", CLIENT_GW, "Client", "10.1.0.0/16").await;
+    let (hub, hub_grants) = hub(false).await;
+    let server = Worker::start("127.60.0.0/16", SERVER_GW, "Server", "10.2.0.0/16", false).await;
+    let client = Worker::start("127.61.0.0/16", CLIENT_GW, "Client", "10.1.0.0/16", false).await;
     let hub_server = hub.service_account_kubeconfig(HUB_NS, HUB_SERVER);
     let hub_client = hub.service_account_kubeconfig(HUB_NS, HUB_CLIENT);
     let hub_trigger = hub.service_account_kubeconfig(HUB_NS, HUB_TRIGGER);
@@ -354,4 +369,106 @@ async fn gw_recycler_runs_on_exactly_the_chart_and_hub_rbac() {
         };
         assert_users_need_exactly(&hub, &users, grants, &format!("hub Role {role}"), &output());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gw_recycler_rebalances_on_the_charts_node_grants() {
+    if !helm::available("gw_recycler_rebalances_on_the_charts_node_grants").await {
+        return;
+    }
+    let (hub, hub_grants) = hub(true).await;
+    let server = Worker::start("127.62.0.0/16", SERVER_GW, "Server", "10.2.0.0/16", true).await;
+    let client = Worker::start("127.63.0.0/16", CLIENT_GW, "Client", "10.1.0.0/16", false).await;
+    let args = local_args(&server.release, "capstan-gw-recycler", "-");
+    assert!(args.iter().any(|a| a == "--rebalance"), "{args:?}");
+    let node_grants: BTreeSet<Grant> = {
+        let lp = ListParams::default()
+            .labels("app.kubernetes.io/instance=capstan,app.kubernetes.io/component=gw-recycler");
+        let roles: Api<ClusterRole> = Api::all(server.cluster.admin.clone());
+        let list = roles.list(&lp).await.expect("list");
+        assert_eq!(list.items.len(), 1, "one ClusterRole for --rebalance");
+        grants_of(
+            list.items
+                .into_iter()
+                .flat_map(|r| r.rules.unwrap_or_default()),
+        )
+    };
+    let client_roles: Api<ClusterRole> = Api::all(client.cluster.admin.clone());
+    assert!(
+        client_roles
+            .list(&ListParams::default().labels("app.kubernetes.io/component=gw-recycler"))
+            .await
+            .expect("list")
+            .items
+            .is_empty(),
+        "without rebalance the gw-recycler gets no ClusterRole"
+    );
+
+    // The server knows its peer (a rebalancing recycle names both gateways).
+    let gateways: Api<SliceGateway> = Api::namespaced(server.cluster.admin.clone(), GW_NS);
+    let remote = json!({"status": {"config": {"sliceGatewayRemoteGatewayId": CLIENT_GW}}});
+    gateways
+        .patch_status(SERVER_GW, &PatchParams::default(), &Patch::Merge(&remote))
+        .await
+        .expect("remote gateway id");
+    let hub_server = hub.service_account_kubeconfig(HUB_NS, HUB_SERVER);
+    let hub_client = hub.service_account_kubeconfig(HUB_NS, HUB_CLIENT);
+    let fast = ["--drain-delay=0s", "--step-timeout=30s"];
+    let (server_bin, _k1) = server.spawn_recycler(hub_server.path(), &fast).await;
+    let (client_bin, _k2) = client.spawn_recycler(hub_client.path(), &fast).await;
+    let output = || {
+        format!(
+            "--- server worker ---\n{}\n--- client worker ---\n{}",
+            server_bin.output().join("\n"),
+            client_bin.output().join("\n")
+        )
+    };
+
+    // Both gateway pods run on kube-sim's one node; it and a second node become gateway nodes,
+    // so the first holds 2 > ceil(2/2) pods.
+    let crowded = eventually("two gateway pods on one node", WAIT, output, || async {
+        let nodes = gateway_pod_nodes(&server.cluster.admin, GW_NS, SERVER_GW).await;
+        (nodes.len() == 2 && nodes[0] == nodes[1]).then(|| nodes[0].clone())
+    })
+    .await;
+    label_gateway_node(&server.cluster.admin, &crowded).await;
+    add_gateway_node(&server.cluster.admin, "gateway-2").await;
+
+    let recyclers: Api<WorkerSliceGwRecycler> = Api::namespaced(hub.admin.clone(), HUB_NS);
+    let done = eventually("the rebalancing recycle at end", WAIT, output, || async {
+        let list = recyclers.list(&ListParams::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|cr| cr.spec.state.as_ref().map(|s| s.as_str()) == Some("end"))
+    })
+    .await;
+    assert_eq!(done.metadata.name.as_deref(), Some("red-a-b-0-0"));
+
+    // Zero 403s for either worker's ServiceAccount, the Node grants both used on the server's;
+    // on the hub, zero 403s for both recyclers and the rebalance Role's create used.
+    let user = format!("system:serviceaccount:{NS}:capstan-gw-recycler");
+    assert_users_need_exactly(
+        &server.cluster,
+        std::slice::from_ref(&user),
+        &node_grants,
+        "gw-recycler --rebalance",
+        &output(),
+    );
+    assert_users_need_exactly(
+        &client.cluster,
+        &[user],
+        &BTreeSet::new(),
+        "gw-recycler (client side)",
+        &output(),
+    );
+    let rebalance_grants = hub_grants
+        .get("capstan-gw-recycler-rebalance")
+        .expect("the hub file's rebalance Role");
+    assert_users_need_exactly(
+        &hub,
+        &[hub_user(HUB_SERVER), hub_user(HUB_CLIENT)],
+        rebalance_grants,
+        "hub Role capstan-gw-recycler-rebalance",
+        &output(),
+    );
 }

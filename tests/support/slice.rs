@@ -18,7 +18,7 @@ use capstan_proto::sidecar::gw_sidecar_service_client::GwSidecarServiceClient;
 use capstan_testkit::process::BinaryUnderTest;
 use capstan_testkit_sim::{SimCluster, wait_ready};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube_sim::Config;
 use kube_sim::faults::{ErrorRule, FaultConfig};
@@ -442,4 +442,49 @@ pub fn failed_writes(hub: &SimCluster, resource: &str) -> u64 {
             && k.subresource == sub
             && k.code == 500
     })
+}
+
+/// The nodes of the Running gateway pods of SliceGateway `gateway` in `namespace` (`--rebalance`
+/// counts them per node).
+pub async fn gateway_pod_nodes(
+    client: &kube::Client,
+    namespace: &str,
+    gateway: &str,
+) -> Vec<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let lp = ListParams::default().labels(&format!("kubeslice.io/slice-gw={gateway}"));
+    let list = pods.list(&lp).await.expect("pods");
+    list.items
+        .iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect()
+}
+
+/// The label `--rebalance` counts usable gateway nodes by.
+const GATEWAY_NODE_LABEL: (&str, &str) = ("kubeslice.io/node-type", "gateway");
+
+/// Labels the existing Node `name` a gateway node.
+pub async fn label_gateway_node(client: &kube::Client, name: &str) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let (key, value) = GATEWAY_NODE_LABEL;
+    let label = json!({"metadata": {"labels": {key: value}}});
+    nodes
+        .patch(name, &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .expect("node labelled");
+}
+
+/// Creates Node `name`, labelled a gateway node.
+pub async fn add_gateway_node(client: &kube::Client, name: &str) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let (key, value) = GATEWAY_NODE_LABEL;
+    let node: Node =
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": {key: value}}}))
+            .expect("node");
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("gateway node created");
 }

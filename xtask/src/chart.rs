@@ -1,7 +1,7 @@
 //! `cargo xtask chart`: the Helm chart's checks, with Helm's own library (helm-sdkpy, driven by
 //! tests/helm/driver.py). `--lint-only` is the quick gate CI runs before the build; the full run adds
-//! the chart scenarios of the `capstan-scenarios` crate (install, upgrade, schema, RBAC), which CI's
-//! test suite also runs.
+//! the chart scenarios of the `capstan-scenarios` crate (install, upgrade, schema, RBAC, the
+//! sidecars' kernel credentials), which CI's test suite also runs.
 
 use std::process::Command;
 
@@ -36,6 +36,8 @@ pub fn run(args: &Args) -> Result<()> {
         "chart_helm",
         "--test",
         "chart_rbac",
+        "--test",
+        "chart_sidecar_kernel",
         "--",
         "--test-threads=2",
     ])

@@ -79,8 +79,14 @@ podAntiAffinity:
 
 {{/*
 One sidecar container: (dict "root" $ "kind" "router"|"gateway"). The binary and flags follow the
-sidecar's --help; the kernel backend adds NET_ADMIN (routes and interfaces through netlink) and
-nothing else.
+sidecar's --help. The kernel backend changes routes and qdiscs through netlink, which needs
+CAP_NET_ADMIN, so its container runs as UID 0 with NET_ADMIN the only capability (all others
+dropped), no privilege escalation and a read-only root. It cannot stay UID 65532: Kubernetes sets
+no ambient capabilities, so a non-root process loses an added capability at execve
+(kubernetes/kubernetes#56374), and allowPrivilegeEscalation: false (no_new_privs) also ignores
+file capabilities; as 65532 every netlink change fails with EPERM (the sidecar then refuses to
+start, naming CAP_NET_ADMIN). tests/chart_sidecar_kernel.rs runs both binaries under exactly these
+credentials. The memory backend keeps UID 65532 and no capability at all.
 */}}
 {{- define "capstan.sidecar.container" -}}
 {{- $s := index .root.Values.sidecars .kind -}}
@@ -114,6 +120,10 @@ nothing else.
   resources:
     {{- toYaml $s.resources | nindent 4 }}
   securityContext:
+    {{- if eq $s.backend "kernel" }}
+    runAsUser: 0
+    runAsNonRoot: false
+    {{- end }}
     allowPrivilegeEscalation: false
     readOnlyRootFilesystem: true
     capabilities:

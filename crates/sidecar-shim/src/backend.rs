@@ -8,6 +8,19 @@ pub enum BackendError {
     /// The kernel refused or failed the change (reported as `Internal` with the reason).
     #[error("kernel: {0}")]
     Kernel(String),
+    /// The kernel refused a change with EPERM: the process lacks CAP_NET_ADMIN in the network
+    /// namespace (the start-up probe, [`crate::netns::Netlink::require_net_admin`]).
+    #[error(
+        "the kernel backend needs CAP_NET_ADMIN in its network namespace, and netlink refused a \
+         change with EPERM (Operation not permitted; running as {credentials}). Run the sidecar \
+         as UID 0 with only the NET_ADMIN capability added (a non-root process loses added \
+         capabilities at execve, and no_new_privs ignores file capabilities: the chart does \
+         this for backend kernel), or use --backend memory"
+    )]
+    MissingNetAdmin {
+        /// The process's uid and effective capability mask, as /proc/self/status shows them.
+        credentials: String,
+    },
     /// The backend cannot do this at all (reported as `Unimplemented`).
     #[error("{0}")]
     Unsupported(String),

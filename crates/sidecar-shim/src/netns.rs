@@ -35,12 +35,59 @@ impl Netlink {
         })
     }
 
+    /// Fails with [`BackendError::MissingNetAdmin`] when the kernel refuses changes. Reads need
+    /// no capability, so without this check a sidecar lacking CAP_NET_ADMIN would start, report
+    /// ready, and fail every change later. The probe is an empty RTM_SETLINK on the loopback link
+    /// (ifindex 1 in every namespace): the kernel checks CAP_NET_ADMIN before anything else, and
+    /// a message without attributes or flags changes nothing. Any answer but EPERM passes.
+    pub async fn require_net_admin(&self) -> Result<(), BackendError> {
+        const LOOPBACK_IFINDEX: u32 = 1;
+        let probe = rtnetlink::LinkUnspec::new_with_index(LOOPBACK_IFINDEX).build();
+        let netlink = self.lock().await;
+        match netlink.handle.link().set(probe).execute().await {
+            Err(rtnetlink::Error::NetlinkError(error)) if error.raw_code().abs() == EPERM => {
+                Err(BackendError::MissingNetAdmin {
+                    credentials: credentials(),
+                })
+            }
+            Err(error) => {
+                tracing::debug!(%error, "CAP_NET_ADMIN probe answered other than EPERM");
+                Ok(())
+            }
+            Ok(()) => Ok(()),
+        }
+    }
+
     pub async fn lock(&self) -> NetlinkGuard<'_> {
         NetlinkGuard {
             _serial: self.serial.lock().await,
             handle: &self.handle,
         }
     }
+}
+
+const EPERM: i32 = 1;
+
+/// "uid 65532, CapEff 0000000000000000": who the kernel refused, for the start-up error.
+fn credentials() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .map(|rest| {
+                rest.split_whitespace()
+                    .nth(1)
+                    .unwrap_or(rest.trim())
+                    .to_owned()
+            })
+            .unwrap_or_else(|| "?".to_owned())
+    };
+    let capabilities = status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .map_or("?", str::trim);
+    format!("effective uid {}, CapEff {capabilities}", field("Uid:"))
 }
 
 /// Opens an rtnetlink connection in the namespace at `netns` (e.g. `/run/netns/NAME`),

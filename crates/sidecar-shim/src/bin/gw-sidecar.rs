@@ -127,7 +127,9 @@ async fn main() -> anyhow::Result<()> {
         BackendKind::Kernel => {
             let netns = args.netns.as_deref().map(sidecar_shim::netns::resolve);
             let interval = Duration::from_millis(args.tunnel_check_interval_ms.max(1));
-            Arc::new(KernelGw::connect(netns.as_deref(), interval)?)
+            let kernel = KernelGw::connect(netns.as_deref(), interval)?;
+            kernel.require_net_admin().await?;
+            Arc::new(kernel)
         }
         BackendKind::Memory => {
             let tunnel = args.tunnel_interface.as_ref().map(|name| MemoryTunnel {

@@ -49,7 +49,9 @@ async fn main() -> anyhow::Result<()> {
     let backend: Arc<dyn RouterBackend> = match args.backend {
         BackendKind::Kernel => {
             let netns = args.netns.as_deref().map(sidecar_shim::netns::resolve);
-            Arc::new(KernelRouter::connect(netns.as_deref())?)
+            let kernel = KernelRouter::connect(netns.as_deref())?;
+            kernel.require_net_admin().await?;
+            Arc::new(kernel)
         }
         BackendKind::Memory => Arc::new(MemoryRouter::new(args.client_connections.clone())),
     };

@@ -123,6 +123,12 @@ impl KernelGw {
         })
     }
 
+    /// Fails at start-up, naming CAP_NET_ADMIN, when the kernel would refuse route and QoS
+    /// changes (see [`Netlink::require_net_admin`]).
+    pub async fn require_net_admin(&self) -> Result<(), BackendError> {
+        self.netlink.require_net_admin().await
+    }
+
     async fn link_state(&self) -> Result<LinkState, BackendError> {
         self.links
             .get(|| async {

@@ -47,6 +47,12 @@ impl KernelRouter {
         })
     }
 
+    /// Fails at start-up, naming CAP_NET_ADMIN, when the kernel would refuse route changes
+    /// (see [`Netlink::require_net_admin`]).
+    pub async fn require_net_admin(&self) -> Result<(), BackendError> {
+        self.netlink.require_net_admin().await
+    }
+
     async fn main_table_routes(&self, ipv4: bool) -> Result<Arc<Vec<RouteMessage>>, BackendError> {
         let cache = if ipv4 {
             &self.ipv4_routes
