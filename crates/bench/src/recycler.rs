@@ -27,7 +27,7 @@ use tonic::transport::{Channel, Endpoint};
 
 mod floor;
 
-use crate::cluster::{Cluster, Controller};
+use crate::cluster::{Cluster, Controller, bench_config};
 use crate::report::{Report, median};
 use floor::Floor;
 
@@ -191,20 +191,14 @@ async fn start_cluster(
     octet: Option<u8>,
     bin_dir: &Path,
 ) -> Result<Cluster> {
-    let mut config = kube_sim::Config {
-        history_size: 100_000,
-        ..kube_sim::Config::default()
-    };
+    let mut config = bench_config();
     if let Some(octet) = octet {
         config.simulate_workloads = true;
         config.workloads.pod_cidr = format!("127.{octet}.0.0/16");
         config.kubelet.exec_images = vec![(IMAGE.to_string(), bin_dir.to_path_buf())];
     }
-    let sim = kube_sim::KubeSim::start(config).await?;
-    let client = sim.client()?;
-    capstan_testkit::install_capstan_crds(&client).await?;
-    let kubeconfig = scratch.join(format!("{name}.kubeconfig"));
-    sim.write_kubeconfig(&kubeconfig)?;
+    let cluster = Cluster::start_with(scratch, name, config).await?;
+    let client = cluster.client.clone();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let own = if octet.is_some() { NS } else { HUB_NS };
     for ns in [own, FLOOR_NS] {
@@ -231,11 +225,7 @@ async fn start_cluster(
         pods.create(&PostParams::default(), &from_json(router)?)
             .await?;
     }
-    Ok(Cluster {
-        sim,
-        client,
-        kubeconfig,
-    })
+    Ok(cluster)
 }
 
 fn spawn_recycler(
