@@ -12,14 +12,14 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use capstan_apis::networking::SliceGateway;
 use capstan_apis::worker::{State, WorkerSliceGwRecycler};
 use capstan_proto::router::VerifyRouteAddRequest;
 use capstan_proto::router::slice_router_sidecar_service_client::SliceRouterSidecarServiceClient;
+use capstan_testkit::kubeslice;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -211,19 +211,9 @@ async fn start_cluster(
     }
     if octet.is_some() {
         let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-        let router = json!({
-            "metadata": {"name": "vl3-slice-router-red", "namespace": NS,
-                         "labels": {"networkservicemesh.io/impl": format!("vl3-service-{SLICE}")}},
-            "spec": {"containers": [{
-                "name": "kubeslice-router-sidecar", "image": format!("{IMAGE}:bench"),
-                "command": ["router-sidecar"],
-                "args": ["--backend", "memory", "--listen", "$(POD_IP):5000",
-                         "--metrics-addr", "$(POD_IP):8080", "--log-level", "warn"],
-                "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
-            }]}
-        });
-        pods.create(&PostParams::default(), &from_json(router)?)
-            .await?;
+        let image = format!("{IMAGE}:bench");
+        let router = kubeslice::slice_router_pod(NS, SLICE, &image, &["--log-level", "warn"]);
+        pods.create(&PostParams::default(), &router).await?;
     }
     Ok(cluster)
 }
@@ -268,17 +258,8 @@ async fn add_gateways(server: &Cluster, client: &Cluster, pairs: &[Pair]) -> Res
             (server, pair.server(), "Server", 2),
             (client, pair.client(), "Client", 1),
         ] {
-            let api: Api<SliceGateway> = Api::namespaced(cluster.client.clone(), NS);
-            let gw = json!({
-                "apiVersion": "networking.kubeslice.io/v1beta1", "kind": "SliceGateway",
-                "metadata": {"name": name, "namespace": NS}, "spec": {"sliceName": SLICE}
-            });
-            api.create(&PostParams::default(), &from_json(gw)?).await?;
-            let status = json!({"status": {"config": {
-                "sliceName": SLICE, "sliceGatewayName": name, "sliceGatewayHostType": host,
-                "sliceGatewayRemoteSubnet": subnet(octet, pair.index)
-            }}});
-            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            let subnet = subnet(octet, pair.index);
+            kubeslice::create_slice_gateway(&cluster.client, NS, SLICE, &name, host, &subnet)
                 .await?;
         }
     }
