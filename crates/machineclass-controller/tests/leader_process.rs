@@ -1,6 +1,8 @@
 //! The built binary with `--leader-elect` against kube-sim: it takes the Lease, releases it on
 //! SIGTERM (exit 0), and exits non-zero by itself when the Lease is taken away.
 
+mod common;
+
 use std::time::Duration;
 
 use capstan_testkit::eventually_with;
@@ -10,25 +12,15 @@ use capstan_testkit_sim::SimCluster;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 
-const BIN: &str = env!("CARGO_BIN_EXE_machineclass-controller");
+use common::BIN;
+
 const WAIT: Duration = Duration::from_secs(20);
 /// The Lease is named after the binary by default.
 const LEASE: &str = "machineclass-controller";
 
 async fn spawn_elected(cluster: &SimCluster) -> BinaryUnderTest {
     cluster
-        .spawn(
-            BIN,
-            &[
-                "--leader-elect",
-                "--lease-duration-seconds",
-                "3",
-                "--lease-grace-seconds",
-                "1",
-                "--lease-identity",
-                "pod-a",
-            ],
-        )
+        .spawn(BIN, &common::leader_elect_args("pod-a"))
         .await
 }
 
