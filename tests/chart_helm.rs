@@ -3,8 +3,9 @@
 //! releases side by side, the values schema rejecting bad values by field, and the optional
 //! ServiceMonitors against a Prometheus Operator CRD.
 
-use capstan_scenarios::helm::{self, Cluster, HelmError};
-use capstan_scenarios::tools::skip_or_fail;
+use capstan_scenarios::helm::{self, HelmError};
+use capstan_testkit::skip_or_fail;
+use capstan_testkit_sim::SimCluster;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -39,11 +40,11 @@ fn everything() -> Value {
 
 /// kube-sim with the namespace the nodeslo-controller's config lives in (a Role goes there), or
 /// `None` when Helm's library cannot run here (then the test has printed SKIPPED).
-async fn cluster(test: &str) -> Option<Cluster> {
-    if !helm::available(test).await {
+async fn cluster() -> Option<SimCluster> {
+    if !helm::available().await {
         return None;
     }
-    let cluster = Cluster::start().await;
+    let cluster = helm::cluster().await;
     cluster
         .create_namespaces(&["koordinator-system", "kubeslice-system"])
         .await;
@@ -72,8 +73,8 @@ fn names_of<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a str> {
         .collect()
 }
 
-async fn deployment_replicas(cluster: &Cluster, namespace: &str, name: &str) -> Option<i32> {
-    let api: Api<Deployment> = Api::namespaced(cluster.admin.clone(), namespace);
+async fn deployment_replicas(cluster: &SimCluster, namespace: &str, name: &str) -> Option<i32> {
+    let api: Api<Deployment> = Api::namespaced(cluster.client.clone(), namespace);
     api.get_opt(name)
         .await
         .expect("get deployment")
@@ -81,9 +82,9 @@ async fn deployment_replicas(cluster: &Cluster, namespace: &str, name: &str) -> 
         .and_then(|s| s.replicas)
 }
 
-async fn count_labelled(cluster: &Cluster, release: &str) -> Vec<String> {
+async fn count_labelled(cluster: &SimCluster, release: &str) -> Vec<String> {
     let lp = ListParams::default().labels(&format!("app.kubernetes.io/instance={release}"));
-    let c = &cluster.admin;
+    let c = &cluster.client;
     let mut left = Vec::new();
     macro_rules! collect {
         ($k:ty, $api:expr) => {
@@ -115,7 +116,7 @@ async fn count_labelled(cluster: &Cluster, release: &str) -> Vec<String> {
 async fn lint_is_clean() {
     let result = match helm::lint().await {
         Err(HelmError::Unavailable(why)) => {
-            return skip_or_fail("lint_is_clean", "Helm's library", &why);
+            return skip_or_fail("Helm's library (pip install helm-sdkpy)", why);
         }
         other => ok(other, "helm lint"),
     };
@@ -133,11 +134,11 @@ async fn lint_is_clean() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_component_installs_then_upgrades() {
-    let Some(cluster) = cluster("every_component_installs_then_upgrades").await else {
+    let Some(cluster) = cluster().await else {
         return;
     };
     let release = ok(
-        cluster.install("capstan", NS, &everything()).await,
+        helm::install(&cluster, "capstan", NS, &everything()).await,
         "install",
     );
     assert_eq!(release["info"]["status"], "deployed", "{release}");
@@ -260,7 +261,10 @@ async fn every_component_installs_then_upgrades() {
     let mut values = everything();
     values["controllers"]["nodeslo-controller"] = json!({"replicas": 3});
     values["controllers"]["gw-recycler"] = json!({"enabled": false});
-    let upgraded = ok(cluster.upgrade("capstan", NS, &values).await, "upgrade");
+    let upgraded = ok(
+        helm::upgrade(&cluster, "capstan", NS, &values).await,
+        "upgrade",
+    );
     assert_eq!(upgraded["info"]["status"], "deployed", "{upgraded}");
     assert_eq!(upgraded["version"], 2);
     assert_eq!(
@@ -272,7 +276,7 @@ async fn every_component_installs_then_upgrades() {
         None,
         "the disabled component's Deployment is removed"
     );
-    let gw_roles: Api<Role> = Api::namespaced(cluster.admin.clone(), "kubeslice-system");
+    let gw_roles: Api<Role> = Api::namespaced(cluster.client.clone(), "kubeslice-system");
     assert!(
         gw_roles
             .get_opt("capstan-system-capstan-gw-recycler")
@@ -281,14 +285,14 @@ async fn every_component_installs_then_upgrades() {
             .is_none(),
         "and its Role in the gateway namespace"
     );
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(cluster.admin.clone(), NS);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(cluster.client.clone(), NS);
     assert!(
         pdbs.get_opt("capstan-nodeslo-controller")
             .await
             .expect("get")
             .is_some()
     );
-    let leases: Api<Role> = Api::namespaced(cluster.admin.clone(), NS);
+    let leases: Api<Role> = Api::namespaced(cluster.client.clone(), NS);
     assert!(
         leases
             .get_opt("capstan-nodeslo-controller-lease")
@@ -300,17 +304,23 @@ async fn every_component_installs_then_upgrades() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_release_in_another_namespace_coexists() {
-    let Some(cluster) = cluster("a_second_release_in_another_namespace_coexists").await else {
+    let Some(cluster) = cluster().await else {
         return;
     };
     // The same release name in two namespaces, and a third release: cluster-scoped names differ.
-    ok(cluster.install("capstan", NS, &json!({})).await, "first");
     ok(
-        cluster.install("capstan", "team-b", &json!({})).await,
+        helm::install(&cluster, "capstan", NS, &json!({})).await,
+        "first",
+    );
+    ok(
+        helm::install(&cluster, "capstan", "team-b", &json!({})).await,
         "second",
     );
-    ok(cluster.install("edge", "team-c", &json!({})).await, "third");
-    let roles: Api<ClusterRole> = Api::all(cluster.admin.clone());
+    ok(
+        helm::install(&cluster, "edge", "team-c", &json!({})).await,
+        "third",
+    );
+    let roles: Api<ClusterRole> = Api::all(cluster.client.clone());
     for name in [
         "capstan-system-capstan-machineclass-controller",
         "team-b-capstan-machineclass-controller",
@@ -319,12 +329,12 @@ async fn a_second_release_in_another_namespace_coexists() {
         assert!(roles.get_opt(name).await.expect("get").is_some(), "{name}");
     }
     // Roles in namespaces shared by the releases (the NodeSLO config's, `default` for Node Events).
-    let config_roles: Api<Role> = Api::namespaced(cluster.admin.clone(), "koordinator-system");
+    let config_roles: Api<Role> = Api::namespaced(cluster.client.clone(), "koordinator-system");
     let lp = ListParams::default().labels("app.kubernetes.io/component=nodeslo-controller");
     assert_eq!(config_roles.list(&lp).await.expect("list").items.len(), 3);
-    let event_roles: Api<Role> = Api::namespaced(cluster.admin.clone(), "default");
+    let event_roles: Api<Role> = Api::namespaced(cluster.client.clone(), "default");
     assert_eq!(event_roles.list(&lp).await.expect("list").items.len(), 3);
-    let bindings: Api<ClusterRoleBinding> = Api::all(cluster.admin.clone());
+    let bindings: Api<ClusterRoleBinding> = Api::all(cluster.client.clone());
     let binding = bindings
         .get("team-b-capstan-nodeslo-controller")
         .await
@@ -336,7 +346,7 @@ async fn a_second_release_in_another_namespace_coexists() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_values_are_rejected_naming_the_field() {
-    let Some(cluster) = cluster("bad_values_are_rejected_naming_the_field").await else {
+    let Some(cluster) = cluster().await else {
         return;
     };
     let cases = [
@@ -370,7 +380,7 @@ async fn bad_values_are_rejected_naming_the_field() {
         ),
     ];
     for (i, (values, field)) in cases.iter().enumerate() {
-        match cluster.install(&format!("bad-{i}"), NS, values).await {
+        match helm::install(&cluster, &format!("bad-{i}"), NS, values).await {
             Err(HelmError::Failed(message)) => {
                 assert!(message.contains(field), "{values}: {message}");
             }
@@ -390,19 +400,18 @@ async fn bad_values_are_rejected_naming_the_field() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uninstall_leaves_nothing_and_the_same_name_installs_again() {
-    let Some(cluster) = cluster("uninstall_leaves_nothing_and_the_same_name_installs_again").await
-    else {
+    let Some(cluster) = cluster().await else {
         return;
     };
     ok(
-        cluster.install("capstan", NS, &everything()).await,
+        helm::install(&cluster, "capstan", NS, &everything()).await,
         "install",
     );
     assert!(!count_labelled(&cluster, "capstan").await.is_empty());
-    ok(cluster.uninstall("capstan", NS).await, "uninstall");
+    ok(helm::uninstall(&cluster, "capstan", NS).await, "uninstall");
     let left = count_labelled(&cluster, "capstan").await;
     assert!(left.is_empty(), "left after uninstall: {left:?}");
-    let secrets: Api<Secret> = Api::namespaced(cluster.admin.clone(), NS);
+    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), NS);
     let release_records = secrets
         .list(&ListParams::default().labels("owner=helm,name=capstan"))
         .await
@@ -412,7 +421,7 @@ async fn uninstall_leaves_nothing_and_the_same_name_installs_again() {
         "Helm's release record is left"
     );
     let again = ok(
-        cluster.install("capstan", NS, &everything()).await,
+        helm::install(&cluster, "capstan", NS, &everything()).await,
         "reinstall",
     );
     assert_eq!(again["info"]["status"], "deployed");
@@ -439,15 +448,14 @@ fn service_monitor_crd() -> CustomResourceDefinition {
     .expect("CRD")
 }
 
-fn service_monitors(cluster: &Cluster) -> Api<DynamicObject> {
+fn service_monitors(cluster: &SimCluster) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor");
-    Api::namespaced_with(cluster.admin.clone(), NS, &ApiResource::from_gvk(&gvk))
+    Api::namespaced_with(cluster.client.clone(), NS, &ApiResource::from_gvk(&gvk))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_monitors_select_exactly_each_metrics_service() {
-    let Some(cluster) = cluster("service_monitors_select_exactly_each_metrics_service").await
-    else {
+    let Some(cluster) = cluster().await else {
         return;
     };
     let mut values = everything();
@@ -455,7 +463,7 @@ async fn service_monitors_select_exactly_each_metrics_service() {
 
     // Without the CRD, Helm refuses the release naming the missing kind, and installs nothing
     // (the template does not skip them quietly: the user asked for ServiceMonitors).
-    match cluster.install("capstan", NS, &values).await {
+    match helm::install(&cluster, "capstan", NS, &values).await {
         Err(HelmError::Failed(message)) => assert!(
             message.contains(
                 r#"no matches for kind "ServiceMonitor" in version "monitoring.coreos.com/v1""#
@@ -467,12 +475,15 @@ async fn service_monitors_select_exactly_each_metrics_service() {
     let left = count_labelled(&cluster, "capstan").await;
     assert!(left.is_empty(), "the refused install left {left:?}");
 
-    capstan_testkit::install_crds(&cluster.admin, [service_monitor_crd()])
+    capstan_testkit::install_crds(&cluster.client, [service_monitor_crd()])
         .await
         .expect("ServiceMonitor CRD established");
-    ok(cluster.install("capstan", NS, &values).await, "install");
+    ok(
+        helm::install(&cluster, "capstan", NS, &values).await,
+        "install",
+    );
     let monitors = service_monitors(&cluster);
-    let services: Api<Service> = Api::namespaced(cluster.admin.clone(), NS);
+    let services: Api<Service> = Api::namespaced(cluster.client.clone(), NS);
     let found = monitors.list(&ListParams::default()).await.expect("list");
     let mut names: Vec<String> = found
         .items
@@ -542,7 +553,7 @@ async fn service_monitors_select_exactly_each_metrics_service() {
         }
     }
 
-    ok(cluster.uninstall("capstan", NS).await, "uninstall");
+    ok(helm::uninstall(&cluster, "capstan", NS).await, "uninstall");
     let after = monitors.list(&ListParams::default()).await.expect("list");
     assert!(
         after.items.is_empty(),

@@ -9,9 +9,11 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use capstan_scenarios::helm::{self, Cluster};
-use capstan_scenarios::tools::{binary, eventually};
+use capstan_scenarios::helm;
+use capstan_scenarios::tools::binary;
 use capstan_testkit::process::BinaryUnderTest;
+use capstan_testkit::{eventually, eventually_with};
+use capstan_testkit_sim::SimCluster;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
@@ -30,21 +32,21 @@ const WAIT: Duration = Duration::from_secs(60);
 mod gw_recycler;
 
 /// The chart installed as `capstan` in capstan-system, Machines in their own namespace.
-async fn installed(test: &str) -> Option<(Cluster, Value)> {
-    if !helm::available(test).await {
+async fn installed() -> Option<(SimCluster, Value)> {
+    if !helm::available().await {
         return None;
     }
-    let cluster = Cluster::start().await;
+    let cluster = helm::cluster().await;
     cluster.create_namespaces(&[CONFIG_NS, MACHINES]).await;
     let values = json!({"controllers": {"machineclass-controller": {"namespace": MACHINES}}});
-    let release = match cluster.install("capstan", NS, &values).await {
+    let release = match helm::install(&cluster, "capstan", NS, &values).await {
         Ok(r) => r,
         Err(e) => panic!("install failed: {e:?}"),
     };
     // Helm installed the CRDs from crds/; wait until they are served.
     let machines: Api<capstan_apis::machine::Machine> =
-        Api::namespaced(cluster.admin.clone(), MACHINES);
-    eventually("CRDs served", WAIT, String::new, || async {
+        Api::namespaced(cluster.client.clone(), MACHINES);
+    eventually("CRDs served", WAIT, || async {
         machines.list(&ListParams::default()).await.ok().map(drop)
     })
     .await;
@@ -79,14 +81,14 @@ fn local_args(release: &Value, name: &str, kubeconfig: &str) -> Vec<String> {
 
 /// Starts `component`'s binary as its chart ServiceAccount with the chart's flags plus `extra`.
 async fn run_as_service_account(
-    cluster: &Cluster,
+    cluster: &SimCluster,
     release: &Value,
     package: &str,
     component: &str,
     extra: &[&str],
 ) -> (BinaryUnderTest, tempfile::NamedTempFile) {
     let name = format!("capstan-{component}");
-    let kubeconfig = cluster.service_account_kubeconfig(NS, &name);
+    let kubeconfig = cluster.kubeconfig_as(NS, &name);
     let path = kubeconfig.path().display().to_string();
     let mut args = local_args(release, &name, &path);
     args.extend(extra.iter().map(|s| s.to_string()));
@@ -120,16 +122,16 @@ fn grants_of(rules: impl IntoIterator<Item = PolicyRule>) -> BTreeSet<Grant> {
 }
 
 /// Every (group, resource, verb) granted to `component` by the installed Roles and ClusterRoles.
-async fn granted(cluster: &Cluster, component: &str) -> BTreeSet<Grant> {
+async fn granted(cluster: &SimCluster, component: &str) -> BTreeSet<Grant> {
     let lp = ListParams::default().labels(&format!(
         "app.kubernetes.io/instance=capstan,app.kubernetes.io/component={component}"
     ));
     let mut rules: Vec<PolicyRule> = Vec::new();
-    let cluster_roles: Api<ClusterRole> = Api::all(cluster.admin.clone());
+    let cluster_roles: Api<ClusterRole> = Api::all(cluster.client.clone());
     for role in cluster_roles.list(&lp).await.expect("list") {
         rules.extend(role.rules.unwrap_or_default());
     }
-    let roles: Api<Role> = Api::all(cluster.admin.clone());
+    let roles: Api<Role> = Api::all(cluster.client.clone());
     for role in roles.list(&lp).await.expect("list") {
         rules.extend(role.rules.unwrap_or_default());
     }
@@ -137,7 +139,7 @@ async fn granted(cluster: &Cluster, component: &str) -> BTreeSet<Grant> {
 }
 
 /// Zero 403s for the component's chart ServiceAccount, and every grant used by a successful request.
-async fn assert_rbac_sufficient_and_minimal(cluster: &Cluster, component: &str, output: &str) {
+async fn assert_rbac_sufficient_and_minimal(cluster: &SimCluster, component: &str, output: &str) {
     let user = format!("system:serviceaccount:{NS}:capstan-{component}");
     let grants = granted(cluster, component).await;
     assert_users_need_exactly(cluster, &[user], &grants, component, output);
@@ -146,7 +148,7 @@ async fn assert_rbac_sufficient_and_minimal(cluster: &Cluster, component: &str, 
 /// Zero 403s for any of `users`, and every grant of `grants` used by a successful request of one
 /// of them (so removing it would turn a request of the scenario into a 403).
 fn assert_users_need_exactly(
-    cluster: &Cluster,
+    cluster: &SimCluster,
     users: &[String],
     grants: &BTreeSet<Grant>,
     what: &str,
@@ -199,12 +201,10 @@ fn from_json<K: serde::de::DeserializeOwned>(value: Value) -> K {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodeslo_controller_runs_on_exactly_the_chart_rbac() {
-    let Some((cluster, release)) =
-        installed("nodeslo_controller_runs_on_exactly_the_chart_rbac").await
-    else {
+    let Some((cluster, release)) = installed().await else {
         return;
     };
-    let admin = cluster.admin.clone();
+    let admin = cluster.client.clone();
     let nodes: Api<Node> = Api::all(admin.clone());
     let slos: Api<capstan_apis::slo::NodeSlo> = Api::all(admin.clone());
     let config: Api<ConfigMap> = Api::namespaced(admin.clone(), CONFIG_NS);
@@ -232,7 +232,7 @@ async fn nodeslo_controller_runs_on_exactly_the_chart_rbac() {
     .await;
     let output = || bin.output().join("\n");
 
-    eventually("NodeSLOs for both nodes", WAIT, output, || async {
+    eventually_with("NodeSLOs for both nodes", WAIT, output, || async {
         let n = slos.list(&ListParams::default()).await.ok()?.items.len();
         (n == 2).then_some(())
     })
@@ -250,7 +250,7 @@ async fn nodeslo_controller_runs_on_exactly_the_chart_rbac() {
         )
         .await
         .expect("configmap");
-    eventually("the new threshold on n1", WAIT, output, || async {
+    eventually_with("the new threshold on n1", WAIT, output, || async {
         let slo = slos.get("n1").await.ok()?;
         let spec = serde_json::to_value(&slo.spec).ok()?;
         (spec.pointer("/resourceUsedThresholdWithBE/cpuSuppressThresholdPercent")
@@ -272,7 +272,7 @@ async fn nodeslo_controller_runs_on_exactly_the_chart_rbac() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let config_events: Api<Event> = Api::namespaced(admin.clone(), CONFIG_NS);
-    eventually("the config Warning counted twice", WAIT, output, || async {
+    eventually_with("the config Warning counted twice", WAIT, output, || async {
         let list = config_events.list(&ListParams::default()).await.ok()?;
         list.items
             .into_iter()
@@ -283,7 +283,7 @@ async fn nodeslo_controller_runs_on_exactly_the_chart_rbac() {
     // A different invalid value is a new Event (its message differs); the first value again is
     // the first Event once more, patched into a series.
     let node_events: Api<Event> = Api::namespaced(admin.clone(), "default");
-    eventually("the Node Warning", WAIT, output, || async {
+    eventually_with("the Node Warning", WAIT, output, || async {
         let list = node_events.list(&ListParams::default()).await.ok()?;
         list.items
             .into_iter()
@@ -300,7 +300,7 @@ async fn nodeslo_controller_runs_on_exactly_the_chart_rbac() {
         )
         .await
         .expect("node patched");
-    eventually("the second Node Warning", WAIT, output, || async {
+    eventually_with("the second Node Warning", WAIT, output, || async {
         let list = node_events.list(&ListParams::default()).await.ok()?;
         (list
             .items
@@ -320,7 +320,7 @@ async fn nodeslo_controller_runs_on_exactly_the_chart_rbac() {
         )
         .await
         .expect("node patched back");
-    eventually("the Node Warning counted twice", WAIT, output, || async {
+    eventually_with("the Node Warning counted twice", WAIT, output, || async {
         let list = node_events.list(&ListParams::default()).await.ok()?;
         list.items
             .into_iter()
@@ -337,7 +337,7 @@ async fn nodeslo_controller_runs_on_exactly_the_chart_rbac() {
         .delete("n1", &DeleteParams::default())
         .await
         .expect("node deleted");
-    eventually("n1's NodeSLO deleted", WAIT, output, || async {
+    eventually_with("n1's NodeSLO deleted", WAIT, output, || async {
         slos.get_opt("n1").await.ok()?.is_none().then_some(())
     })
     .await;
@@ -373,7 +373,7 @@ async fn nodeslo_controller_runs_on_exactly_the_chart_rbac() {
         )
         .await
         .expect("configmap patched");
-    eventually(
+    eventually_with(
         "the new threshold on n2 after a restart",
         WAIT,
         output,
@@ -387,7 +387,7 @@ async fn nodeslo_controller_runs_on_exactly_the_chart_rbac() {
     )
     .await;
     let stored: Api<ConfigMap> = Api::namespaced(admin.clone(), CONFIG_NS);
-    eventually("the last-good copy updated", WAIT, output, || async {
+    eventually_with("the last-good copy updated", WAIT, output, || async {
         let cm = stored.get("slo-controller-config-last-good").await.ok()?;
         cm.data?
             .get("resource-threshold-config")?
@@ -409,12 +409,10 @@ fn machine(name: &str, labels: Value) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn machineclass_controller_runs_on_exactly_the_chart_rbac() {
     use capstan_apis::machine::{Machine, MachineClass};
-    let Some((cluster, release)) =
-        installed("machineclass_controller_runs_on_exactly_the_chart_rbac").await
-    else {
+    let Some((cluster, release)) = installed().await else {
         return;
     };
-    let admin = cluster.admin.clone();
+    let admin = cluster.client.clone();
     let machines: Api<Machine> = Api::namespaced(admin.clone(), MACHINES);
     let classes: Api<MachineClass> = Api::namespaced(admin.clone(), MACHINES);
     let nodes: Api<Node> = Api::all(admin.clone());
@@ -464,7 +462,7 @@ async fn machineclass_controller_runs_on_exactly_the_chart_rbac() {
     let output = || bin.output().join("\n");
     let phase = |m: &Machine| m.phase().map(|p| p.as_str().to_owned());
 
-    eventually("every Machine Running", WAIT, output, || async {
+    eventually_with("every Machine Running", WAIT, output, || async {
         let list = machines.list(&ListParams::default()).await.ok()?;
         (list.items.len() == 3
             && list
@@ -504,7 +502,7 @@ async fn machineclass_controller_runs_on_exactly_the_chart_rbac() {
                 .then_some(reported.len())
         }
     };
-    eventually("the missing class reported", WAIT, output, || {
+    eventually_with("the missing class reported", WAIT, output, || {
         validation_events(1)
     })
     .await;
@@ -519,7 +517,7 @@ async fn machineclass_controller_runs_on_exactly_the_chart_rbac() {
             .expect("machine patched");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    eventually("the first report counted twice", WAIT, output, || {
+    eventually_with("the first report counted twice", WAIT, output, || {
         validation_events(2)
     })
     .await;
@@ -529,7 +527,7 @@ async fn machineclass_controller_runs_on_exactly_the_chart_rbac() {
         .delete("sim", &DeleteParams::default())
         .await
         .expect("class delete accepted");
-    eventually("MachineClassInUse Warning", WAIT, output, || async {
+    eventually_with("MachineClassInUse Warning", WAIT, output, || async {
         let list = events.list(&ListParams::default()).await.ok()?;
         list.items
             .into_iter()
@@ -567,7 +565,7 @@ async fn machineclass_controller_runs_on_exactly_the_chart_rbac() {
             .await
             .expect("machine delete accepted");
     }
-    eventually(
+    eventually_with(
         "drained and forced Machines, their Nodes, Pods and attachments gone",
         WAIT,
         output,
@@ -599,7 +597,7 @@ async fn machineclass_controller_runs_on_exactly_the_chart_rbac() {
         .delete("orphaned", &DeleteParams::default())
         .await
         .expect("node delete accepted");
-    eventually(
+    eventually_with(
         "orphaned Machine, Node and the class gone",
         WAIT,
         output,

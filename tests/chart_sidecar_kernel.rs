@@ -14,7 +14,7 @@ use capstan_proto::router::SliceGwConContext;
 use capstan_proto::router::slice_router_sidecar_service_client::SliceRouterSidecarServiceClient;
 use capstan_proto::sidecar::SliceGwConnectionContext;
 use capstan_proto::sidecar::gw_sidecar_service_client::GwSidecarServiceClient;
-use capstan_scenarios::helm::{self, Cluster};
+use capstan_scenarios::helm;
 use capstan_scenarios::tools::binary;
 use capstan_testkit::process::{BinaryUnderTest, TestingError};
 use capstan_testkit::{on_path, require};
@@ -298,17 +298,17 @@ async fn kernel_sidecars_work_under_the_charts_credentials_and_not_as_non_root()
         capstan_testkit::root(),
     ) || !require("iproute2", on_path("ip"))
         || !require("setpriv (util-linux)", on_path("setpriv"))
-        || !helm::available(test).await
+        || !helm::available().await
     {
         return;
     }
-    let cluster = Cluster::start().await;
+    let cluster = helm::cluster().await;
     let kernel = sidecars_only(json!({
         "router": {"backend": "kernel"},
         "gateway": {"backend": "kernel"},
         "standalone": {"enabled": true}
     }));
-    let release = match cluster.install("capstan", NS, &kernel).await {
+    let release = match helm::install(&cluster, "capstan", NS, &kernel).await {
         Ok(release) => release,
         Err(e) => panic!("install failed: {e:?}"),
     };
@@ -374,7 +374,7 @@ async fn kernel_sidecars_work_under_the_charts_credentials_and_not_as_non_root()
 
     // The memory backend (the default) keeps the pod's UID 65532 and no capability at all.
     let memory = sidecars_only(json!({"standalone": {"enabled": true}}));
-    let release = match cluster.install("capstan", "memory", &memory).await {
+    let release = match helm::install(&cluster, "capstan", "memory", &memory).await {
         Ok(release) => release,
         Err(e) => panic!("install failed: {e:?}"),
     };

@@ -4,7 +4,8 @@
 
 use std::process::{Command, Output};
 
-use capstan_scenarios::tools::{binary, skip_or_fail, workspace_root};
+use capstan_scenarios::tools::{binary, workspace_root};
+use capstan_testkit::skip_or_fail;
 
 /// (cargo package, binary) of everything the image carries.
 const BINARIES: [(&str, &str); 7] = [
@@ -42,13 +43,15 @@ impl Drop for WorkingContainer {
 
 #[test]
 fn every_binary_answers_help_inside_the_image_as_the_non_root_user() {
-    let test = "every_binary_answers_help_inside_the_image_as_the_non_root_user";
     match Command::new("buildah").args(["info"]).output() {
         Ok(out) if out.status.success() => {}
         Ok(out) => {
-            return skip_or_fail(test, "buildah", String::from_utf8_lossy(&out.stderr).trim());
+            return skip_or_fail(
+                "buildah",
+                String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            );
         }
-        Err(e) => return skip_or_fail(test, "buildah", &e.to_string()),
+        Err(e) => return skip_or_fail("buildah", e.to_string()),
     }
     let root = workspace_root();
     let archive = root.join("target/image/capstan-0.1.0-test.oci.tar");

@@ -14,7 +14,7 @@ use capstan_scenarios::slice::{
     CLIENT_WRITES, HUB_NS, SERVER_WRITES, Testbed, WAIT, Worker, block_writes, deployments_created,
     failed_writes, gateway_nsm_ip, route_present,
 };
-use capstan_scenarios::tools::eventually;
+use capstan_testkit::eventually;
 use capstan_testkit::process::{BinaryUnderTest, http_get};
 use futures::StreamExt;
 use k8s_openapi::api::events::v1::Event;
@@ -67,7 +67,7 @@ fn record_states(bed: &Testbed) -> Arc<Mutex<Vec<String>>> {
 
 /// Waits until the watch saw `end`, then returns every state it saw.
 async fn states_seen(states: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
-    eventually("the watch saw end", WAIT, String::new, || async {
+    eventually("the watch saw end", WAIT, || async {
         let seen = states.lock().expect("lock").clone();
         (seen.last().map(String::as_str) == Some("end")).then_some(seen)
     })
@@ -263,7 +263,7 @@ async fn a_recycle_moves_both_routers_to_the_new_gateways_without_a_gap() {
     assert!(gaps.is_empty(), "a router lost instance 0: {gaps:?}");
 
     // Each Event follows its state write, so the last one may arrive after `end` is seen.
-    let reasons = eventually("the three reference Events", WAIT, String::new, || async {
+    let reasons = eventually("the three reference Events", WAIT, || async {
         let reasons: BTreeSet<String> = events_on_hub(&bed)
             .await
             .into_iter()
@@ -332,15 +332,10 @@ async fn a_server_killed_at_each_state_resumes_and_creates_nothing_twice() {
     // init: the server adds newS but cannot record the next state.
     bed.hub.sim.set_faults(block_writes(SERVER_WRITES));
     assert!(bed.trigger(&[]).await.status.success());
-    eventually(
-        "newS created while the state write fails",
-        WAIT,
-        String::new,
-        || async {
-            let created = bed.server.deployment_names().await.contains("red-a-b-0-1");
-            (created && failed_writes(&bed.hub, SERVER_WRITES) > 0).then_some(())
-        },
-    )
+    eventually("newS created while the state write fails", WAIT, || async {
+        let created = bed.server.deployment_names().await.contains("red-a-b-0-1");
+        (created && failed_writes(&bed.hub, SERVER_WRITES) > 0).then_some(())
+    })
     .await;
     assert_eq!(bed.recycle().await.expect("cr").state().as_str(), "init");
     kill_9(&mut server).await;
@@ -355,7 +350,7 @@ async fn a_server_killed_at_each_state_resumes_and_creates_nothing_twice() {
         bed.hub.sim.set_faults(block_writes(SERVER_WRITES));
         bed.wait_response(response).await;
         let what = format!("the server trying to leave {state}");
-        eventually(&what, WAIT, String::new, || async {
+        eventually(&what, WAIT, || async {
             (failed_writes(&bed.hub, SERVER_WRITES) > failed).then_some(())
         })
         .await;
@@ -382,12 +377,9 @@ async fn a_client_killed_at_each_state_resumes_and_creates_nothing_twice() {
     // init: the server is held there; the client has nothing to do yet.
     bed.hub.sim.set_faults(block_writes(SERVER_WRITES));
     assert!(bed.trigger(&[]).await.status.success());
-    eventually(
-        "the server trying to leave init",
-        WAIT,
-        String::new,
-        || async { (failed_writes(&bed.hub, SERVER_WRITES) > 0).then_some(()) },
-    )
+    eventually("the server trying to leave init", WAIT, || async {
+        (failed_writes(&bed.hub, SERVER_WRITES) > 0).then_some(())
+    })
     .await;
     kill_9(&mut client).await;
     client = bed.client.spawn_recycler(&bed.hub, &FAST).await;
@@ -397,7 +389,7 @@ async fn a_client_killed_at_each_state_resumes_and_creates_nothing_twice() {
         bed.wait_state(state).await;
         let failed = failed_writes(&bed.hub, CLIENT_WRITES);
         let what = format!("the client trying to answer in {state}");
-        eventually(&what, WAIT, String::new, || async {
+        eventually(&what, WAIT, || async {
             (failed_writes(&bed.hub, CLIENT_WRITES) > failed).then_some(())
         })
         .await;
@@ -427,12 +419,9 @@ async fn a_router_down_for_a_while_holds_the_step_until_it_returns() {
     assert!(bed.trigger(&[]).await.status.success());
     // Everything but the router is ready: newS runs and the client has answered.
     bed.wait_response("new_deployment_created").await;
-    eventually(
-        "newS's gateway sidecar answering",
-        WAIT,
-        String::new,
-        || async { (!bed.server.nsm_ips_of("red-a-b-0-1").await.is_empty()).then_some(()) },
-    )
+    eventually("newS's gateway sidecar answering", WAIT, || async {
+        (!bed.server.nsm_ips_of("red-a-b-0-1").await.is_empty()).then_some(())
+    })
     .await;
     // Still waiting a while later (the probes back off to at most a second).
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -464,7 +453,7 @@ async fn a_condition_that_never_comes_ends_in_error_state_with_a_warning() {
     assert!(stdout.contains("state: error_state"), "{stdout}");
 
     // The condition is written right after the state, so it may follow the trigger's exit.
-    let condition = eventually("a condition that says why", WAIT, String::new, || async {
+    let condition = eventually("a condition that says why", WAIT, || async {
         let cr = bed.recycle().await?;
         assert_eq!(cr.state().as_str(), "error_state");
         cr.status?.conditions?.first().cloned()
@@ -475,7 +464,7 @@ async fn a_condition_that_never_comes_ends_in_error_state_with_a_warning() {
         "{}",
         condition.message
     );
-    let warning = eventually("a Warning Event", WAIT, String::new, || async {
+    let warning = eventually("a Warning Event", WAIT, || async {
         events_on_hub(&bed)
             .await
             .into_iter()

@@ -8,12 +8,11 @@ use capstan_runtime::cli::{CommonArgs, LeaderElectionArgs, LogFormat};
 use capstan_runtime::leader::{LeaderElection, LeaderHandle, LeadershipEnd};
 use capstan_runtime::service::Service;
 use capstan_runtime::shutdown::Shutdown;
+use capstan_testkit::lease::{holder, take_over};
 use capstan_testkit::process::http_get;
+use capstan_testkit_sim::SimCluster;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
-use kube_sim::{Config, KubeSim};
 use prometheus_client::registry::Registry;
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -30,15 +29,19 @@ fn election(identity: &str, lease: &str) -> LeaderElectionArgs {
     }
 }
 
-async fn holder(sim: &KubeSim, lease: &str) -> Option<String> {
-    let leases: Api<Lease> = Api::namespaced(sim.client().expect("client"), "default");
-    let lease = leases.get(lease).await.expect("lease exists");
-    lease.spec.and_then(|spec| spec.holder_identity)
+/// The Leases the elections here use (`lease_namespace` of [`election`]).
+fn leases(cluster: &SimCluster) -> Api<Lease> {
+    Api::namespaced(cluster.client.clone(), "default")
 }
 
-async fn start(sim: &KubeSim, identity: &str, lease: &str, shutdown: Shutdown) -> LeaderHandle {
+async fn start(
+    cluster: &SimCluster,
+    identity: &str,
+    lease: &str,
+    shutdown: Shutdown,
+) -> LeaderHandle {
     LeaderElection::start(
-        Some(sim.client().expect("client")),
+        Some(cluster.client.clone()),
         &election(identity, lease),
         "unused-default",
         shutdown,
@@ -48,23 +51,28 @@ async fn start(sim: &KubeSim, identity: &str, lease: &str, shutdown: Shutdown) -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standby_takes_over_when_the_leader_releases() {
-    let sim = KubeSim::start(Config::default())
-        .await
-        .expect("kube-sim starts");
-    let first = start(&sim, "replica-a", "handover", Shutdown::new()).await;
+    let cluster = SimCluster::start().await;
+    let leases = leases(&cluster);
+    let first = start(&cluster, "replica-a", "handover", Shutdown::new()).await;
     assert!(
         tokio::time::timeout(WAIT, first.acquired())
             .await
             .expect("in time"),
         "the only replica leads"
     );
-    assert_eq!(holder(&sim, "handover").await.as_deref(), Some("replica-a"));
+    assert_eq!(
+        holder(&leases, "handover").await.as_deref(),
+        Some("replica-a")
+    );
 
-    let second = start(&sim, "replica-b", "handover", Shutdown::new()).await;
+    let second = start(&cluster, "replica-b", "handover", Shutdown::new()).await;
     // Longer than a renewal period: the holder keeps the lease, the standby waits.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert!(first.is_leader() && !second.is_leader());
-    assert_eq!(holder(&sim, "handover").await.as_deref(), Some("replica-a"));
+    assert_eq!(
+        holder(&leases, "handover").await.as_deref(),
+        Some("replica-a")
+    );
 
     assert_eq!(
         first.release().await.expect("releases"),
@@ -77,28 +85,30 @@ async fn standby_takes_over_when_the_leader_releases() {
             .expect("in time"),
         "the standby takes over after the release"
     );
-    assert_eq!(holder(&sim, "handover").await.as_deref(), Some("replica-b"));
+    assert_eq!(
+        holder(&leases, "handover").await.as_deref(),
+        Some("replica-b")
+    );
     assert_eq!(
         second.release().await.expect("releases"),
         LeadershipEnd::Released
     );
-    assert_eq!(holder(&sim, "handover").await, None, "released on drain");
-    sim.shutdown().await;
+    assert_eq!(holder(&leases, "handover").await, None, "released on drain");
+    cluster.sim.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_that_never_led_reports_standby() {
-    let sim = KubeSim::start(Config::default())
-        .await
-        .expect("kube-sim starts");
-    let leader = start(&sim, "replica-a", "standby", Shutdown::new()).await;
+    let cluster = SimCluster::start().await;
+    let leases = leases(&cluster);
+    let leader = start(&cluster, "replica-a", "standby", Shutdown::new()).await;
     assert!(
         tokio::time::timeout(WAIT, leader.acquired())
             .await
             .expect("in time")
     );
     let standby_shutdown = Shutdown::new();
-    let standby = start(&sim, "replica-b", "standby", standby_shutdown.clone()).await;
+    let standby = start(&cluster, "replica-b", "standby", standby_shutdown.clone()).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     standby_shutdown.trigger();
     assert!(
@@ -110,21 +120,20 @@ async fn a_standby_that_never_led_reports_standby() {
         LeadershipEnd::Standby
     );
     assert_eq!(
-        holder(&sim, "standby").await.as_deref(),
+        holder(&leases, "standby").await.as_deref(),
         Some("replica-a"),
         "untouched"
     );
     leader.release().await.expect("releases");
-    sim.shutdown().await;
+    cluster.sim.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_a_held_lease_triggers_shutdown_and_an_error() {
-    let sim = KubeSim::start(Config::default())
-        .await
-        .expect("kube-sim starts");
+    let cluster = SimCluster::start().await;
+    let leases = leases(&cluster);
     let shutdown = Shutdown::new();
-    let handle = start(&sim, "replica-a", "stolen", shutdown.clone()).await;
+    let handle = start(&cluster, "replica-a", "stolen", shutdown.clone()).await;
     assert!(
         tokio::time::timeout(WAIT, handle.acquired())
             .await
@@ -132,18 +141,7 @@ async fn losing_a_held_lease_triggers_shutdown_and_an_error() {
     );
 
     // Another holder takes the lease (as after a partition where our renewals did not land).
-    let leases: Api<Lease> = Api::namespaced(sim.client().expect("client"), "default");
-    let takeover = serde_json::json!({
-        "spec": {
-            "holderIdentity": "intruder",
-            "renewTime": MicroTime(k8s_openapi::jiff::Timestamp::now()),
-            "leaseDurationSeconds": 30,
-        }
-    });
-    leases
-        .patch("stolen", &PatchParams::default(), &Patch::Merge(&takeover))
-        .await
-        .expect("takeover patch");
+    take_over(&leases, "stolen", "intruder").await;
 
     tokio::time::timeout(WAIT, shutdown.cancelled())
         .await
@@ -159,24 +157,19 @@ async fn losing_a_held_lease_triggers_shutdown_and_an_error() {
         "{error}"
     );
     assert_eq!(
-        holder(&sim, "stolen").await.as_deref(),
+        holder(&leases, "stolen").await.as_deref(),
         Some("intruder"),
         "not released by us"
     );
-    sim.shutdown().await;
+    cluster.sim.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_exposes_leadership_and_releases_the_lease_on_drain() {
-    let sim = KubeSim::start(Config::default())
-        .await
-        .expect("kube-sim starts");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let kubeconfig = dir.path().join("kubeconfig");
-    sim.write_kubeconfig(&kubeconfig)
-        .expect("kubeconfig written");
+    let cluster = SimCluster::start().await;
+    let leases = leases(&cluster);
     let args = CommonArgs {
-        kubeconfig: Some(kubeconfig),
+        kubeconfig: Some(cluster.kubeconfig_path().into()),
         metrics_addr: "127.0.0.1:0".parse().expect("address"),
         log_format: LogFormat::Text,
         log_level: "info".into(),
@@ -204,7 +197,7 @@ async fn service_exposes_leadership_and_releases_the_lease_on_drain() {
             .expect("in time")
     );
     assert_eq!(
-        holder(&sim, "svc-under-test").await.as_deref(),
+        holder(&leases, "svc-under-test").await.as_deref(),
         Some("pod-0"),
         "the lease is named after the service by default"
     );
@@ -224,9 +217,9 @@ async fn service_exposes_leadership_and_releases_the_lease_on_drain() {
         .await
         .expect("drains");
     assert_eq!(
-        holder(&sim, "svc-under-test").await,
+        holder(&leases, "svc-under-test").await,
         None,
         "released on drain"
     );
-    sim.shutdown().await;
+    cluster.sim.shutdown().await;
 }

@@ -12,8 +12,8 @@ use capstan_apis::networking::SliceGateway;
 use capstan_apis::worker::WorkerSliceGwRecycler;
 use capstan_gw_recycler::trigger::TriggerArgs;
 use capstan_scenarios::slice::{add_gateway_node, gateway_pod_nodes, label_gateway_node};
+use capstan_testkit::kubeslice;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube_sim::kubelet::KubeletConfig;
 use kube_sim::workloads::WorkloadOptions;
@@ -36,7 +36,7 @@ const HUB_TRIGGER: &str = "trigger";
 /// A worker cluster: kube-sim with RBAC, workloads and the sidecars running as containers, the
 /// chart installed with only the gw-recycler, a SliceGateway and the slice router pod.
 struct Worker {
-    cluster: Cluster,
+    cluster: SimCluster,
     release: Value,
     gateway: &'static str,
 }
@@ -53,7 +53,7 @@ impl Worker {
         let sidecars = binary("sidecar-shim", "gw-sidecar");
         binary("sidecar-shim", "router-sidecar");
         let sidecar_dir = sidecars.parent().expect("binaries folder").to_path_buf();
-        let cluster = Cluster::start_with(kube_sim::Config {
+        let cluster = helm::cluster_with(kube_sim::Config {
             simulate_workloads: true,
             workloads: WorkloadOptions {
                 pod_cidr: pod_cidr.into(),
@@ -75,41 +75,21 @@ impl Worker {
             },
             "hub": {"kubeconfigSecret": "hub-kubeconfig", "namespace": HUB_NS}
         });
-        let release = match cluster.install("capstan", NS, &values).await {
+        let release = match helm::install(&cluster, "capstan", NS, &values).await {
             Ok(r) => r,
             Err(e) => panic!("install failed: {e:?}"),
         };
-        let gateways: Api<SliceGateway> = Api::namespaced(cluster.admin.clone(), GW_NS);
-        eventually("CRDs served", WAIT, String::new, || async {
+        let gateways: Api<SliceGateway> = Api::namespaced(cluster.client.clone(), GW_NS);
+        eventually("CRDs served", WAIT, || async {
             gateways.list(&ListParams::default()).await.ok().map(drop)
         })
         .await;
-        let gw = json!({"apiVersion": "networking.kubeslice.io/v1beta1", "kind": "SliceGateway",
-            "metadata": {"name": gateway, "namespace": GW_NS}, "spec": {"sliceName": SLICE}});
-        gateways
-            .create(&PostParams::default(), &from_json(gw))
+        kubeslice::create_slice_gateway(&cluster.client, GW_NS, SLICE, gateway, host_type, subnet)
             .await
             .expect("SliceGateway");
-        let status = json!({"status": {"config": {
-            "sliceName": SLICE, "sliceGatewayName": gateway, "sliceGatewayHostType": host_type,
-            "sliceGatewayRemoteSubnet": subnet}}});
-        gateways
-            .patch_status(gateway, &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .expect("SliceGateway status");
-        let pods: Api<Pod> = Api::namespaced(cluster.admin.clone(), GW_NS);
-        let router = json!({
-            "metadata": {"name": "vl3-slice-router-red", "namespace": GW_NS,
-                         "labels": {"networkservicemesh.io/impl": "vl3-service-red"}},
-            "spec": {"containers": [{
-                "name": "kubeslice-router-sidecar", "image": SIDECAR_IMAGE,
-                "command": ["router-sidecar"],
-                "args": ["--backend", "memory", "--listen", "$(POD_IP):5000",
-                         "--metrics-addr", "$(POD_IP):8080"],
-                "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
-            }]}
-        });
-        pods.create(&PostParams::default(), &from_json(router))
+        let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), GW_NS);
+        let router = kubeslice::slice_router_pod(GW_NS, SLICE, SIDECAR_IMAGE, &[]);
+        pods.create(&PostParams::default(), &router)
             .await
             .expect("router pod");
         Self {
@@ -127,7 +107,7 @@ impl Worker {
         extra: &[&str],
     ) -> (BinaryUnderTest, tempfile::NamedTempFile) {
         let name = "capstan-gw-recycler";
-        let kubeconfig = self.cluster.service_account_kubeconfig(NS, name);
+        let kubeconfig = self.cluster.kubeconfig_as(NS, name);
         let path = kubeconfig.path().display().to_string();
         let mut args: Vec<String> = local_args(&self.release, name, &path)
             .into_iter()
@@ -155,9 +135,9 @@ impl Worker {
 
     /// Waits until deployment `name` has a Running pod.
     async fn wait_running(&self, name: &str, output: impl Fn() -> String) {
-        let pods: Api<Pod> = Api::namespaced(self.cluster.admin.clone(), GW_NS);
+        let pods: Api<Pod> = Api::namespaced(self.cluster.client.clone(), GW_NS);
         let what = format!("{} runs {name}", self.gateway);
-        eventually(&what, WAIT, output, || async {
+        eventually_with(&what, WAIT, output, || async {
             let lp = ListParams::default().labels(&format!("kubeslice.io/slice-gw-dep={name}"));
             let list = pods.list(&lp).await.ok()?;
             list.items
@@ -175,11 +155,15 @@ impl Worker {
 /// The hub: Capstan's CRDs, the project namespace, and deploy/gw-recycler-hub-rbac.yaml's Roles
 /// bound as the file says; the `-rebalance` Role (to the server side's identity) only with
 /// `rebalance`. Returns each bound Role's grants by name.
-async fn hub(rebalance: bool) -> (Cluster, BTreeMap<String, BTreeSet<Grant>>) {
-    let hub = Cluster::start().await;
-    capstan_testkit::install_capstan_crds(&hub.admin)
-        .await
-        .expect("CRDs on the hub");
+async fn hub(rebalance: bool) -> (SimCluster, BTreeMap<String, BTreeSet<Grant>>) {
+    let hub = SimCluster::start_with(kube_sim::Config {
+        auth: kube_sim::auth::AuthConfig {
+            rbac: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
     hub.create_namespaces(&[HUB_NS]).await;
     let file = capstan_scenarios::tools::workspace_root().join("deploy/gw-recycler-hub-rbac.yaml");
     let parsed = std::process::Command::new("python3")
@@ -196,16 +180,8 @@ async fn hub(rebalance: bool) -> (Cluster, BTreeMap<String, BTreeSet<Grant>>) {
         String::from_utf8_lossy(&parsed.stderr)
     );
     let docs: Vec<Value> = serde_json::from_slice(&parsed.stdout).expect("YAML as JSON");
-    let accounts: Api<ServiceAccount> = Api::namespaced(hub.admin.clone(), HUB_NS);
-    for name in [HUB_SERVER, HUB_CLIENT, HUB_TRIGGER] {
-        let account = json!({"metadata": {"name": name, "namespace": HUB_NS}});
-        accounts
-            .create(&PostParams::default(), &from_json(account))
-            .await
-            .expect("hub ServiceAccount");
-    }
-    let roles: Api<Role> = Api::namespaced(hub.admin.clone(), HUB_NS);
-    let bindings: Api<RoleBinding> = Api::namespaced(hub.admin.clone(), HUB_NS);
+    let roles: Api<Role> = Api::namespaced(hub.client.clone(), HUB_NS);
+    let bindings: Api<RoleBinding> = Api::namespaced(hub.client.clone(), HUB_NS);
     let mut grants = BTreeMap::new();
     for mut doc in docs.into_iter().filter(|d| !d.is_null()) {
         assert_eq!(
@@ -273,15 +249,16 @@ async fn trigger(kubeconfig: &Path, extra: &[&str], output: impl Fn() -> String)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gw_recycler_runs_on_exactly_the_chart_and_hub_rbac() {
-    if !helm::available("gw_recycler_runs_on_exactly_the_chart_and_hub_rbac").await {
+    if !helm::available().await {
         return;
     }
     let (hub, hub_grants) = hub(false).await;
     let server = Worker::start("127.60.0.0/16", SERVER_GW, "Server", "10.2.0.0/16", false).await;
     let client = Worker::start("127.61.0.0/16", CLIENT_GW, "Client", "10.1.0.0/16", false).await;
-    let hub_server = hub.service_account_kubeconfig(HUB_NS, HUB_SERVER);
-    let hub_client = hub.service_account_kubeconfig(HUB_NS, HUB_CLIENT);
-    let hub_trigger = hub.service_account_kubeconfig(HUB_NS, HUB_TRIGGER);
+    // The hub identities' ServiceAccounts (bound in `hub`) and their kubeconfigs.
+    let hub_server = hub.service_account_kubeconfig(HUB_NS, HUB_SERVER).await;
+    let hub_client = hub.service_account_kubeconfig(HUB_NS, HUB_CLIENT).await;
+    let hub_trigger = hub.service_account_kubeconfig(HUB_NS, HUB_TRIGGER).await;
     let fast = ["--drain-delay=0s", "--step-timeout=30s"];
     let (mut server_bin, _k1) = server.spawn_recycler(hub_server.path(), &fast).await;
     let (mut client_bin, _k2) = client.spawn_recycler(hub_client.path(), &fast).await;
@@ -317,9 +294,9 @@ async fn gw_recycler_runs_on_exactly_the_chart_and_hub_rbac() {
     .await;
     trigger(hub_trigger.path(), &[], output).await;
     for (worker, gw) in [(&server, SERVER_GW), (&client, CLIENT_GW)] {
-        let deployments: Api<Deployment> = Api::namespaced(worker.cluster.admin.clone(), GW_NS);
+        let deployments: Api<Deployment> = Api::namespaced(worker.cluster.client.clone(), GW_NS);
         let what = format!("{gw} serves via generation 1 of instance 0 only");
-        eventually(&what, WAIT, output, || async {
+        eventually_with(&what, WAIT, output, || async {
             let names: BTreeSet<String> = deployments
                 .list(&ListParams::default())
                 .await
@@ -351,8 +328,8 @@ async fn gw_recycler_runs_on_exactly_the_chart_and_hub_rbac() {
             first_output(&server_bin, &client_bin)
         )
     };
-    let recyclers: Api<WorkerSliceGwRecycler> = Api::namespaced(hub.admin.clone(), HUB_NS);
-    eventually("finished recycles deleted", WAIT, output, || async {
+    let recyclers: Api<WorkerSliceGwRecycler> = Api::namespaced(hub.client.clone(), HUB_NS);
+    eventually_with("finished recycles deleted", WAIT, output, || async {
         let list = recyclers.list(&ListParams::default()).await.ok()?;
         list.items.is_empty().then_some(())
     })
@@ -384,7 +361,7 @@ async fn gw_recycler_rebalances_on_the_charts_node_grants() {
     let node_grants: BTreeSet<Grant> = {
         let lp = ListParams::default()
             .labels("app.kubernetes.io/instance=capstan,app.kubernetes.io/component=gw-recycler");
-        let roles: Api<ClusterRole> = Api::all(server.cluster.admin.clone());
+        let roles: Api<ClusterRole> = Api::all(server.cluster.client.clone());
         let list = roles.list(&lp).await.expect("list");
         assert_eq!(list.items.len(), 1, "one ClusterRole for --rebalance");
         grants_of(
@@ -393,7 +370,7 @@ async fn gw_recycler_rebalances_on_the_charts_node_grants() {
                 .flat_map(|r| r.rules.unwrap_or_default()),
         )
     };
-    let client_roles: Api<ClusterRole> = Api::all(client.cluster.admin.clone());
+    let client_roles: Api<ClusterRole> = Api::all(client.cluster.client.clone());
     assert!(
         client_roles
             .list(&ListParams::default().labels("app.kubernetes.io/component=gw-recycler"))
@@ -405,14 +382,14 @@ async fn gw_recycler_rebalances_on_the_charts_node_grants() {
     );
 
     // The server knows its peer (a rebalancing recycle names both gateways).
-    let gateways: Api<SliceGateway> = Api::namespaced(server.cluster.admin.clone(), GW_NS);
+    let gateways: Api<SliceGateway> = Api::namespaced(server.cluster.client.clone(), GW_NS);
     let remote = json!({"status": {"config": {"sliceGatewayRemoteGatewayId": CLIENT_GW}}});
     gateways
         .patch_status(SERVER_GW, &PatchParams::default(), &Patch::Merge(&remote))
         .await
         .expect("remote gateway id");
-    let hub_server = hub.service_account_kubeconfig(HUB_NS, HUB_SERVER);
-    let hub_client = hub.service_account_kubeconfig(HUB_NS, HUB_CLIENT);
+    let hub_server = hub.service_account_kubeconfig(HUB_NS, HUB_SERVER).await;
+    let hub_client = hub.service_account_kubeconfig(HUB_NS, HUB_CLIENT).await;
     let fast = ["--drain-delay=0s", "--step-timeout=30s"];
     let (server_bin, _k1) = server.spawn_recycler(hub_server.path(), &fast).await;
     let (client_bin, _k2) = client.spawn_recycler(hub_client.path(), &fast).await;
@@ -426,16 +403,16 @@ async fn gw_recycler_rebalances_on_the_charts_node_grants() {
 
     // Both gateway pods run on kube-sim's one node; it and a second node become gateway nodes,
     // so the first holds 2 > ceil(2/2) pods.
-    let crowded = eventually("two gateway pods on one node", WAIT, output, || async {
-        let nodes = gateway_pod_nodes(&server.cluster.admin, GW_NS, SERVER_GW).await;
+    let crowded = eventually_with("two gateway pods on one node", WAIT, output, || async {
+        let nodes = gateway_pod_nodes(&server.cluster.client, GW_NS, SERVER_GW).await;
         (nodes.len() == 2 && nodes[0] == nodes[1]).then(|| nodes[0].clone())
     })
     .await;
-    label_gateway_node(&server.cluster.admin, &crowded).await;
-    add_gateway_node(&server.cluster.admin, "gateway-2").await;
+    label_gateway_node(&server.cluster.client, &crowded).await;
+    add_gateway_node(&server.cluster.client, "gateway-2").await;
 
-    let recyclers: Api<WorkerSliceGwRecycler> = Api::namespaced(hub.admin.clone(), HUB_NS);
-    let done = eventually("the rebalancing recycle at end", WAIT, output, || async {
+    let recyclers: Api<WorkerSliceGwRecycler> = Api::namespaced(hub.client.clone(), HUB_NS);
+    let done = eventually_with("the rebalancing recycle at end", WAIT, output, || async {
         let list = recyclers.list(&ListParams::default()).await.ok()?;
         list.items
             .into_iter()

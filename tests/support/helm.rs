@@ -1,10 +1,12 @@
 //! The chart as a user installs it: Helm's own Go library (through `helm/driver.py` and the
-//! helm-sdkpy wheel) against a kube-sim with RBAC on, started in this process.
+//! helm-sdkpy wheel) against a kube-sim with RBAC on, started in this process (a
+//! [`SimCluster`] without CRDs: the chart brings them).
 
 use std::path::Path;
 
+use capstan_testkit_sim::SimCluster;
+use kube_sim::Config;
 use kube_sim::auth::AuthConfig;
-use kube_sim::{Config, KubeSim};
 use serde_json::Value;
 
 use crate::tools::{chart_dir, workspace_root};
@@ -48,121 +50,81 @@ pub async fn lint() -> Result<Value, HelmError> {
     driver(None, &["lint", &chart]).await
 }
 
-/// True when Helm's library runs here; otherwise the test skips (or fails in CI) by the policy of
-/// [`crate::tools::skip_or_fail`].
-pub async fn available(test: &str) -> bool {
+/// True when Helm's library runs here; otherwise the calling test skips (or fails in CI) by the
+/// kit's policy ([`capstan_testkit::require`]).
+pub async fn available() -> bool {
     match lint().await {
         Err(HelmError::Unavailable(why)) => {
-            crate::tools::skip_or_fail(test, "Helm's library (pip install helm-sdkpy)", &why);
+            capstan_testkit::skip_or_fail("Helm's library (pip install helm-sdkpy)", why);
             false
         }
         _ => true,
     }
 }
 
-/// kube-sim with authentication and RBAC on; Helm uses the admin kubeconfig.
-pub struct Cluster {
-    pub sim: KubeSim,
-    pub admin: kube::Client,
-    kubeconfig: tempfile::NamedTempFile,
+/// kube-sim with authentication and RBAC on and no CRDs (Helm installs the chart's); Helm uses
+/// the admin kubeconfig.
+pub async fn cluster() -> SimCluster {
+    cluster_with(Config::default()).await
 }
 
-impl Cluster {
-    pub async fn start() -> Self {
-        Self::start_with(Config::default()).await
-    }
+/// As [`cluster`], with `config`'s other settings (workloads, containers that run).
+pub async fn cluster_with(config: Config) -> SimCluster {
+    SimCluster::start_without_crds(Config {
+        auth: AuthConfig {
+            rbac: true,
+            ..config.auth
+        },
+        ..config
+    })
+    .await
+}
 
-    /// As [`Cluster::start`], with `config`'s other settings (workloads, containers that run).
-    pub async fn start_with(config: Config) -> Self {
-        let config = Config {
-            auth: AuthConfig {
-                rbac: true,
-                ..config.auth
-            },
-            ..config
-        };
-        let sim = KubeSim::start(config).await.expect("kube-sim starts");
-        let admin = sim.client().expect("admin client");
-        let kubeconfig = tempfile::NamedTempFile::new().expect("temp file");
-        sim.write_kubeconfig(kubeconfig.path())
-            .expect("kubeconfig written");
-        Self {
-            sim,
-            admin,
-            kubeconfig,
-        }
-    }
+async fn release_action(
+    cluster: &SimCluster,
+    action: &str,
+    name: &str,
+    namespace: &str,
+    values: &Value,
+) -> Result<Value, HelmError> {
+    let chart = chart_dir().display().to_string();
+    let values = values.to_string();
+    driver(
+        Some(Path::new(cluster.kubeconfig_path())),
+        &[action, name, namespace, &chart, &values],
+    )
+    .await
+}
 
-    /// Creates namespaces as the admin (the chart puts Roles into namespaces it does not own).
-    pub async fn create_namespaces(&self, names: &[&str]) {
-        let api: kube::Api<k8s_openapi::api::core::v1::Namespace> =
-            kube::Api::all(self.admin.clone());
-        for name in names {
-            api.create(
-                &kube::api::PostParams::default(),
-                &capstan_testkit::objects::namespace(name),
-            )
-            .await
-            .expect("namespace created");
-        }
-    }
+/// `helm install NAME charts/capstan -n NAMESPACE --create-namespace` with `values`.
+pub async fn install(
+    cluster: &SimCluster,
+    name: &str,
+    namespace: &str,
+    values: &Value,
+) -> Result<Value, HelmError> {
+    release_action(cluster, "install", name, namespace, values).await
+}
 
-    pub fn kubeconfig(&self) -> &Path {
-        self.kubeconfig.path()
-    }
+/// `helm upgrade NAME charts/capstan -n NAMESPACE --reset-values` with `values`.
+pub async fn upgrade(
+    cluster: &SimCluster,
+    name: &str,
+    namespace: &str,
+    values: &Value,
+) -> Result<Value, HelmError> {
+    release_action(cluster, "upgrade", name, namespace, values).await
+}
 
-    async fn release_action(
-        &self,
-        action: &str,
-        name: &str,
-        namespace: &str,
-        values: &Value,
-    ) -> Result<Value, HelmError> {
-        let chart = chart_dir().display().to_string();
-        let values = values.to_string();
-        driver(
-            Some(self.kubeconfig()),
-            &[action, name, namespace, &chart, &values],
-        )
-        .await
-    }
-
-    /// `helm install NAME charts/capstan -n NAMESPACE --create-namespace` with `values`.
-    pub async fn install(
-        &self,
-        name: &str,
-        namespace: &str,
-        values: &Value,
-    ) -> Result<Value, HelmError> {
-        self.release_action("install", name, namespace, values)
-            .await
-    }
-
-    /// `helm upgrade NAME charts/capstan -n NAMESPACE --reset-values` with `values`.
-    pub async fn upgrade(
-        &self,
-        name: &str,
-        namespace: &str,
-        values: &Value,
-    ) -> Result<Value, HelmError> {
-        self.release_action("upgrade", name, namespace, values)
-            .await
-    }
-
-    pub async fn uninstall(&self, name: &str, namespace: &str) -> Result<Value, HelmError> {
-        driver(Some(self.kubeconfig()), &["uninstall", name, namespace]).await
-    }
-
-    /// A kubeconfig whose user is ServiceAccount `namespace/name` (kube-sim mints the token).
-    pub fn service_account_kubeconfig(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> tempfile::NamedTempFile {
-        let token = self.sim.service_account_token(namespace, name);
-        let file = tempfile::NamedTempFile::new().expect("temp file");
-        std::fs::write(file.path(), self.sim.kubeconfig_yaml_with_token(&token))
-            .expect("kubeconfig written");
-        file
-    }
+/// `helm uninstall NAME -n NAMESPACE`.
+pub async fn uninstall(
+    cluster: &SimCluster,
+    name: &str,
+    namespace: &str,
+) -> Result<Value, HelmError> {
+    driver(
+        Some(Path::new(cluster.kubeconfig_path())),
+        &["uninstall", name, namespace],
+    )
+    .await
 }

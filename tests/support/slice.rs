@@ -15,6 +15,8 @@ use capstan_gw_recycler::trigger::TriggerArgs;
 use capstan_proto::router::VerifyRouteAddRequest;
 use capstan_proto::router::slice_router_sidecar_service_client::SliceRouterSidecarServiceClient;
 use capstan_proto::sidecar::gw_sidecar_service_client::GwSidecarServiceClient;
+use capstan_testkit::eventually;
+use capstan_testkit::kubeslice::{self, SIDECAR_PORT};
 use capstan_testkit::process::BinaryUnderTest;
 use capstan_testkit_sim::{SimCluster, wait_ready};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -24,10 +26,9 @@ use kube_sim::Config;
 use kube_sim::faults::{ErrorRule, FaultConfig};
 use kube_sim::kubelet::KubeletConfig;
 use kube_sim::workloads::WorkloadOptions;
-use serde_json::json;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::tools::{binary, eventually};
+use crate::tools::binary;
 
 pub const HUB_NS: &str = "kubeslice-red";
 pub const NS: &str = "kubeslice-system";
@@ -38,8 +39,6 @@ pub const CLIENT_GW: &str = "red-b-a";
 pub const IMAGE: &str = "capstan-e2e/capstan:test";
 /// The slice router pod of each worker (the reference's label selects it).
 pub const ROUTER_POD: &str = "vl3-slice-router-red";
-/// Sidecar gRPC port (KubeSlice's).
-pub const SIDECAR_PORT: u16 = 5000;
 /// How long a scenario waits for a condition that should come.
 pub const WAIT: Duration = Duration::from_secs(60);
 
@@ -104,25 +103,16 @@ impl Worker {
         remote_subnet: &'static str,
     ) -> Self {
         let cluster = start_cluster(pod_cidr, NS, exec_dir).await;
-        let gateways: Api<SliceGateway> = Api::namespaced(cluster.client.clone(), NS);
-        let gw = serde_json::from_value(json!({
-            "apiVersion": "networking.kubeslice.io/v1beta1", "kind": "SliceGateway",
-            "metadata": {"name": gateway, "namespace": NS},
-            "spec": {"sliceName": SLICE}
-        }))
-        .expect("slicegateway");
-        gateways
-            .create(&PostParams::default(), &gw)
-            .await
-            .expect("SliceGateway created");
-        let status = json!({"status": {"config": {
-            "sliceName": SLICE, "sliceGatewayName": gateway, "sliceGatewayHostType": host_type,
-            "sliceGatewayRemoteSubnet": remote_subnet
-        }}});
-        gateways
-            .patch_status(gateway, &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .expect("SliceGateway status");
+        kubeslice::create_slice_gateway(
+            &cluster.client,
+            NS,
+            SLICE,
+            gateway,
+            host_type,
+            remote_subnet,
+        )
+        .await
+        .expect("SliceGateway created");
         let worker = Self {
             cluster,
             gateway,
@@ -138,18 +128,11 @@ impl Worker {
 
     /// The slice router pod: `router-sidecar` (memory backend) on its pod IP:5000.
     pub async fn create_router(&self) {
-        let router = serde_json::from_value(json!({
-            "metadata": {"name": ROUTER_POD, "namespace": NS,
-                         "labels": {"networkservicemesh.io/impl": "vl3-service-red"}},
-            "spec": {"terminationGracePeriodSeconds": 2, "containers": [{
-                "name": "kubeslice-router-sidecar", "image": IMAGE,
-                "command": ["router-sidecar"],
-                "args": ["--backend", "memory", "--listen", "$(POD_IP):5000",
-                         "--metrics-addr", "$(POD_IP):8081", "--log-level", "info"],
-                "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
-            }]}
-        }))
-        .expect("router pod");
+        let mut router = kubeslice::slice_router_pod(NS, SLICE, IMAGE, &["--log-level", "info"]);
+        if let Some(spec) = router.spec.as_mut() {
+            // Deleted within the scenario's waits (the default is 30 s).
+            spec.termination_grace_period_seconds = Some(2);
+        }
         self.pods()
             .create(&PostParams::default(), &router)
             .await
@@ -162,7 +145,7 @@ impl Worker {
             .delete(ROUTER_POD, &DeleteParams::default())
             .await
             .expect("router pod deleted");
-        eventually("the router pod gone", WAIT, String::new, || async {
+        eventually("the router pod gone", WAIT, || async {
             self.pods()
                 .get_opt(ROUTER_POD)
                 .await
@@ -246,7 +229,7 @@ impl Worker {
     ) -> BTreeSet<String> {
         let what = format!("{} serving via {deployments:?} only", self.gateway);
         let wanted: BTreeSet<String> = deployments.iter().map(|d| d.to_string()).collect();
-        eventually(&what, WAIT, String::new, || async {
+        eventually(&what, WAIT, || async {
             if self.deployment_names().await != wanted {
                 return None;
             }
@@ -374,7 +357,7 @@ impl Testbed {
     /// Waits until the recycle of instance 0 is in `state`.
     pub async fn wait_state(&self, state: &str) {
         let what = format!("the recycle in {state}");
-        eventually(&what, WAIT, String::new, || async {
+        eventually(&what, WAIT, || async {
             (self.recycle().await?.state().as_str() == state).then_some(())
         })
         .await;
@@ -383,7 +366,7 @@ impl Testbed {
     /// Waits until the client has answered `response` on the recycle of instance 0.
     pub async fn wait_response(&self, response: &str) {
         let what = format!("the client response {response}");
-        eventually(&what, WAIT, String::new, || async {
+        eventually(&what, WAIT, || async {
             let cr = self.recycle().await?;
             (cr.response().map(|r| r.to_string()).as_deref() == Some(response)).then_some(())
         })
@@ -469,7 +452,7 @@ const GATEWAY_NODE_LABEL: (&str, &str) = ("kubeslice.io/node-type", "gateway");
 pub async fn label_gateway_node(client: &kube::Client, name: &str) {
     let nodes: Api<Node> = Api::all(client.clone());
     let (key, value) = GATEWAY_NODE_LABEL;
-    let label = json!({"metadata": {"labels": {key: value}}});
+    let label = serde_json::json!({"metadata": {"labels": {key: value}}});
     nodes
         .patch(name, &PatchParams::default(), &Patch::Merge(&label))
         .await
@@ -480,9 +463,10 @@ pub async fn label_gateway_node(client: &kube::Client, name: &str) {
 pub async fn add_gateway_node(client: &kube::Client, name: &str) {
     let nodes: Api<Node> = Api::all(client.clone());
     let (key, value) = GATEWAY_NODE_LABEL;
-    let node: Node =
-        serde_json::from_value(json!({"metadata": {"name": name, "labels": {key: value}}}))
-            .expect("node");
+    let node: Node = serde_json::from_value(
+        serde_json::json!({"metadata": {"name": name, "labels": {key: value}}}),
+    )
+    .expect("node");
     nodes
         .create(&PostParams::default(), &node)
         .await

@@ -1,6 +1,5 @@
-//! Where things are (workspace root, built binaries) and what a scenario does when an external tool
-//! it needs (buildah, Helm's library) cannot run here: fail under `CAPSTAN_REQUIRE_ALL_TESTS=1`
-//! (CI sets it, so nothing is silently skipped there), else print a clear SKIPPED line.
+//! Where things are for the scenarios: the workspace root, the chart, built binaries. (A tool a
+//! scenario needs that cannot run here is the kit's loud skip: `capstan_testkit::skip_or_fail`.)
 
 use std::path::PathBuf;
 
@@ -40,21 +39,3 @@ pub fn binary(package: &str, name: &str) -> PathBuf {
     assert!(path.is_file(), "{} is not built", path.display());
     path
 }
-
-/// True when every test must run (CI): a missing tool is then a failure, not a skip.
-pub fn all_tests_required() -> bool {
-    std::env::var("CAPSTAN_REQUIRE_ALL_TESTS").is_ok_and(|v| v == "1")
-}
-
-/// Call when `tool` cannot run here; panics under CAPSTAN_REQUIRE_ALL_TESTS=1, else prints
-/// `SKIPPED <test>: ...` and the caller returns.
-pub fn skip_or_fail(test: &str, tool: &str, why: &str) {
-    assert!(
-        !all_tests_required(),
-        "{test}: {tool} is required (CAPSTAN_REQUIRE_ALL_TESTS=1) but cannot run: {why}"
-    );
-    eprintln!("SKIPPED {test}: {tool} cannot run here ({why}); .ci/run installs it");
-}
-
-/// The kit's polling with context: `eventually(what, timeout, context, probe)`.
-pub use capstan_testkit::eventually_with as eventually;

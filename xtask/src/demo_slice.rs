@@ -9,11 +9,11 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use capstan_apis::networking::{LABEL_POD_TYPE, POD_TYPE_SLICEGATEWAY, SliceGateway};
+use capstan_apis::networking::{LABEL_POD_TYPE, POD_TYPE_SLICEGATEWAY};
 use capstan_gw_recycler::trigger::TriggerArgs;
+use capstan_testkit::kubeslice;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use serde_json::json;
+use kube::api::{Api, ListParams, PostParams};
 use tokio::process::Command;
 
 use crate::demo::{Process, spawn_as, wait_for_admin, wait_for_kubeconfig};
@@ -215,8 +215,12 @@ async fn start_sim(
 
 async fn namespace(client: &kube::Client, name: &str) -> Result<()> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let ns = serde_json::from_value(json!({"metadata": {"name": name}}))?;
-    namespaces.create(&PostParams::default(), &ns).await?;
+    namespaces
+        .create(
+            &PostParams::default(),
+            &capstan_testkit::objects::namespace(name),
+        )
+        .await?;
     Ok(())
 }
 
@@ -228,31 +232,10 @@ async fn seed_worker(
     host_type: &str,
     remote_subnet: &str,
 ) -> Result<()> {
-    let gateways: Api<SliceGateway> = Api::namespaced(client.clone(), GW_NS);
-    let gw = serde_json::from_value(json!({
-        "apiVersion": "networking.kubeslice.io/v1beta1", "kind": "SliceGateway",
-        "metadata": {"name": gateway, "namespace": GW_NS},
-        "spec": {"sliceName": SLICE}
-    }))?;
-    gateways.create(&PostParams::default(), &gw).await?;
-    let status = json!({"status": {"config": {
-        "sliceName": SLICE, "sliceGatewayName": gateway, "sliceGatewayHostType": host_type,
-        "sliceGatewayRemoteSubnet": remote_subnet
-    }}});
-    gateways
-        .patch_status(gateway, &PatchParams::default(), &Patch::Merge(&status))
+    kubeslice::create_slice_gateway(client, GW_NS, SLICE, gateway, host_type, remote_subnet)
         .await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), GW_NS);
-    let router = serde_json::from_value(json!({
-        "metadata": {"name": format!("vl3-slice-router-{SLICE}"), "namespace": GW_NS,
-                     "labels": {"networkservicemesh.io/impl": format!("vl3-service-{SLICE}")}},
-        "spec": {"containers": [{
-            "name": "kubeslice-router-sidecar", "image": IMAGE, "command": ["router-sidecar"],
-            "args": ["--backend", "memory", "--listen", "$(POD_IP):5000",
-                     "--metrics-addr", "$(POD_IP):8081"],
-            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
-        }]}
-    }))?;
+    let router = kubeslice::slice_router_pod(GW_NS, SLICE, IMAGE, &[]);
     pods.create(&PostParams::default(), &router).await?;
     Ok(())
 }

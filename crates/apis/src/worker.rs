@@ -116,6 +116,18 @@ impl WorkerSliceGwRecycler {
     pub fn response_reached(&self, at_least: &Response) -> bool {
         self.response().is_some_and(|r| r >= at_least)
     }
+
+    /// True when SliceGateway `gateway` is this recycle's server or client side.
+    pub fn involves(&self, gateway: &str) -> bool {
+        let named = |side: &Option<String>| side.as_deref() == Some(gateway);
+        named(&self.spec.slice_gw_server) || named(&self.spec.slice_gw_client)
+    }
+
+    /// True while this recycle of `gateway` (either side) has not finished: one at a time per
+    /// gateway, for a trigger and for rebalancing alike.
+    pub fn in_progress_for(&self, gateway: &str) -> bool {
+        !self.state().is_terminal() && self.involves(gateway)
+    }
 }
 
 wire_enum! {
@@ -337,5 +349,27 @@ mod tests {
         assert!(
             State::End.is_terminal() && State::Error.is_terminal() && !State::Init.is_terminal()
         );
+    }
+
+    #[test]
+    fn a_recycle_is_in_progress_for_either_gateway_until_it_ends() {
+        let mut cr: WorkerSliceGwRecycler = serde_json::from_value(json!({
+            "apiVersion": "worker.kubeslice.io/v1alpha1", "kind": "WorkerSliceGwRecycler",
+            "metadata": {"name": "red-a-b-0-0"},
+            "spec": {"sliceGwServer": "red-a-b", "sliceGwClient": "red-b-a"}
+        }))
+        .expect("recycler");
+        // No state yet is `init`: in progress.
+        assert!(cr.in_progress_for("red-a-b") && cr.in_progress_for("red-b-a"));
+        assert!(!cr.involves("red-a-c") && !cr.in_progress_for("red-a-c"));
+        cr.spec.state = Some(State::from("old_deployment_deleted_state"));
+        assert!(cr.in_progress_for("red-b-a"));
+        for finished in ["end", "error_state"] {
+            cr.spec.state = Some(State::from(finished));
+            assert!(
+                cr.involves("red-a-b") && !cr.in_progress_for("red-a-b"),
+                "{finished}"
+            );
+        }
     }
 }

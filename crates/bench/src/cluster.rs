@@ -1,10 +1,15 @@
-//! A fresh kube-sim with Capstan's CRDs, and a controller process running against it.
+//! A fresh kube-sim with Capstan's CRDs, a controller process running against it, and what every
+//! suite does to it: requests `concurrency` at a time, and its request counts by verb.
 
+use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use futures::{StreamExt, TryStreamExt, stream};
+use kube_sim::accounting::RequestStats;
 use tokio::process::{Child, Command};
 
 pub struct Cluster {
@@ -14,11 +19,13 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// kube-sim with a watch history deep enough for the bench's bursts ([`bench_config`]).
     pub async fn start(scratch: &Path, name: &str) -> Result<Self> {
-        let config = kube_sim::Config {
-            history_size: 100_000,
-            ..kube_sim::Config::default()
-        };
+        Self::start_with(scratch, name, bench_config()).await
+    }
+
+    /// kube-sim with `config`, Capstan's CRDs and `<scratch>/<name>.kubeconfig`.
+    pub async fn start_with(scratch: &Path, name: &str, config: kube_sim::Config) -> Result<Self> {
         let sim = kube_sim::KubeSim::start(config).await?;
         let client = sim.client()?;
         capstan_testkit::install_capstan_crds(&client).await?;
@@ -46,6 +53,48 @@ impl Cluster {
     /// Writes since the start: kube-sim's one resourceVersion counter moves once per write.
     pub fn writes(&self) -> u64 {
         self.sim.resource_version()
+    }
+}
+
+/// kube-sim's defaults with a watch history of 100,000 events, so a watch started before a
+/// burst of writes never falls out of the window (410 Gone) while the bench counts.
+pub fn bench_config() -> kube_sim::Config {
+    kube_sim::Config {
+        history_size: 100_000,
+        ..kube_sim::Config::default()
+    }
+}
+
+/// Runs `op(i)` for each `i` of `range` with at most `concurrency` in flight; the first error
+/// stops it.
+pub async fn for_each_concurrent<F, Fut>(
+    range: Range<usize>,
+    concurrency: usize,
+    op: F,
+) -> Result<()>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<(), kube::Error>>,
+{
+    stream::iter(range)
+        .map(op)
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+/// `requests` summed by verb, `create 10, get 3`, or `none`.
+pub fn by_verb(requests: &RequestStats) -> String {
+    let mut verbs: BTreeMap<&str, u64> = BTreeMap::new();
+    for (key, n) in &requests.counts {
+        *verbs.entry(key.verb.as_str()).or_default() += n;
+    }
+    let text: Vec<String> = verbs.iter().map(|(v, n)| format!("{v} {n}")).collect();
+    if text.is_empty() {
+        "none".to_string()
+    } else {
+        text.join(", ")
     }
 }
 

@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
 
+use crate::cluster::for_each_concurrent;
 use crate::report::{Report, median};
 
 #[derive(clap::Args)]
@@ -61,7 +62,7 @@ pub async fn run(args: &Args) -> Result<Report> {
     let floor_client = floor.client()?;
     let floor_create = timed_batches(n, |range| {
         let client = floor_client.clone();
-        for_each(range, args.concurrency, move |i| {
+        for_each_concurrent(range, args.concurrency, move |i| {
             let client = client.clone();
             async move {
                 post(
@@ -345,25 +346,12 @@ async fn create_config_maps(
     range: std::ops::Range<usize>,
     concurrency: usize,
 ) -> Result<()> {
-    for_each(range, concurrency, |i| async move {
+    for_each_concurrent(range, concurrency, |i| async move {
         api.create(&PostParams::default(), &config_map(i, 0))
             .await
             .map(drop)
     })
     .await
-}
-
-async fn for_each<F, Fut>(range: std::ops::Range<usize>, concurrency: usize, op: F) -> Result<()>
-where
-    F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = Result<(), kube::Error>>,
-{
-    stream::iter(range)
-        .map(op)
-        .buffer_unordered(concurrency)
-        .try_collect::<Vec<()>>()
-        .await?;
-    Ok(())
 }
 
 /// What the fresh process measured: its RSS before and after kube-sim stored `objects` more

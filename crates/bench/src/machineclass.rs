@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use capstan_apis::machine::{FINALIZER_MCM, Machine, MachineClass};
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -28,7 +28,7 @@ use kube_sim::accounting::RequestStats;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
-use crate::cluster::{Cluster, Controller};
+use crate::cluster::{Cluster, Controller, by_verb, for_each_concurrent};
 use crate::report::{Report, Samples, ScalePoint, Series, median, since};
 
 #[derive(clap::Args)]
@@ -298,19 +298,6 @@ fn of_client(requests: &RequestStats, client: &str) -> RequestStats {
     }
 }
 
-fn by_verb(requests: &RequestStats) -> String {
-    let mut verbs: std::collections::BTreeMap<&str, u64> = Default::default();
-    for (key, n) in &requests.counts {
-        *verbs.entry(key.verb.as_str()).or_default() += n;
-    }
-    let text: Vec<String> = verbs.iter().map(|(v, n)| format!("{v} {n}")).collect();
-    if text.is_empty() {
-        "none".to_string()
-    } else {
-        text.join(", ")
-    }
-}
-
 fn class_name(i: usize) -> String {
     format!("mc-{i:03}")
 }
@@ -327,7 +314,7 @@ async fn seed(client: &kube::Client, classes: usize, machines: usize) -> Result<
     )?;
     secrets.create(&PostParams::default(), &secret).await?;
     let class_api: Api<MachineClass> = Api::namespaced(client.clone(), NS);
-    for_each_concurrent(classes, 16, |i| {
+    for_each_concurrent(0..classes, 16, |i| {
         let api = class_api.clone();
         let class: MachineClass = serde_json::from_value(json!({
             "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineClass",
@@ -340,7 +327,7 @@ async fn seed(client: &kube::Client, classes: usize, machines: usize) -> Result<
     })
     .await?;
     let machine_api: Api<Machine> = Api::namespaced(client.clone(), NS);
-    for_each_concurrent(machines, 16, |i| {
+    for_each_concurrent(0..machines, 16, |i| {
         let api = machine_api.clone();
         let machine: Machine = serde_json::from_value(json!({
             "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
@@ -363,7 +350,7 @@ async fn floor_writes(client: &kube::Client, shape: Shape) -> Result<()> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
     let class_workers = Arc::new(Semaphore::new(shape.class_concurrency));
     let finalizer = |f: &str| Patch::Merge(json!({"metadata": {"finalizers": [f]}}));
-    let classes = for_each_concurrent(shape.classes + 1, shape.classes + 1, |i| {
+    let classes = for_each_concurrent(0..shape.classes + 1, shape.classes + 1, |i| {
         let (class_api, secrets, pp) = (class_api.clone(), secrets.clone(), pp.clone());
         let workers = class_workers.clone();
         async move {
@@ -381,7 +368,7 @@ async fn floor_writes(client: &kube::Client, shape: Shape) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let vms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
     let machine_workers = Arc::new(Semaphore::new(shape.concurrency));
-    let machines = for_each_concurrent(shape.machines, shape.machines.max(1), |i| {
+    let machines = for_each_concurrent(0..shape.machines, shape.machines.max(1), |i| {
         let (machine_api, nodes, vms, pp) =
             (machine_api.clone(), nodes.clone(), vms.clone(), pp.clone());
         let workers = machine_workers.clone();
@@ -491,18 +478,4 @@ fn wait_for_convergence(
         }
         Ok(samples.points)
     })
-}
-
-/// Runs `op(0..n)` with at most `concurrency` in flight; the first error stops it.
-async fn for_each_concurrent<F, Fut>(n: usize, concurrency: usize, op: F) -> Result<()>
-where
-    F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = Result<(), kube::Error>>,
-{
-    stream::iter(0..n)
-        .map(op)
-        .buffer_unordered(concurrency)
-        .try_collect::<Vec<()>>()
-        .await?;
-    Ok(())
 }

@@ -14,13 +14,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use capstan_apis::slo::{NodeSlo, NodeSloSpec};
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
-use crate::cluster::{Cluster, Controller};
+use crate::cluster::{Cluster, Controller, by_verb, for_each_concurrent};
 use crate::report::{Report, Samples, ScalePoint, Series, since};
 
 #[derive(clap::Args)]
@@ -73,7 +73,7 @@ async fn run_size(bin_dir: &Path, n: usize, c: usize) -> Result<Report> {
     let changed_spec = spec_with_threshold(Some(42))?;
     let created = wait_for_percent(&floor, n, 65);
     let started = Instant::now();
-    for_each_concurrent(n, c, |i| {
+    for_each_concurrent(0..n, c, |i| {
         let slos = slos.clone();
         let slo = NodeSlo::new(&node_name(i), default_spec.clone());
         async move { slos.create(&PostParams::default(), &slo).await.map(drop) }
@@ -86,7 +86,7 @@ async fn run_size(bin_dir: &Path, n: usize, c: usize) -> Result<Report> {
     let replace: json_patch::Patch =
         serde_json::from_value(json!([{"op": "add", "path": "/spec", "value": changed_spec}]))?;
     let started = Instant::now();
-    for_each_concurrent(n, c, |i| {
+    for_each_concurrent(0..n, c, |i| {
         let slos = slos.clone();
         let replace = replace.clone();
         async move {
@@ -107,7 +107,7 @@ async fn run_size(bin_dir: &Path, n: usize, c: usize) -> Result<Report> {
     // The controller on a kube-sim holding N Nodes.
     let cluster = Cluster::start(&scratch, "controller").await?;
     let nodes: Api<Node> = Api::all(cluster.client.clone());
-    for_each_concurrent(n, 16, |i| {
+    for_each_concurrent(0..n, 16, |i| {
         let nodes = nodes.clone();
         let node: Node = serde_json::from_value(
             json!({"metadata": {"name": node_name(i), "labels": {"pool": format!("p{}", i % 4)}}}),
@@ -210,7 +210,7 @@ async fn run_size(bin_dir: &Path, n: usize, c: usize) -> Result<Report> {
             format!(
                 "{} in all, {gets} GETs; by verb: {}",
                 requests.total(),
-                verbs(requests)
+                by_verb(requests)
             ),
         );
     }
@@ -267,34 +267,8 @@ fn spec_with_threshold(percent: Option<i64>) -> Result<NodeSloSpec> {
     }
 }
 
-fn verbs(requests: &kube_sim::accounting::RequestStats) -> String {
-    let mut by_verb: BTreeMap<&str, u64> = BTreeMap::new();
-    for (key, count) in &requests.counts {
-        *by_verb.entry(key.verb.as_str()).or_default() += count;
-    }
-    by_verb
-        .iter()
-        .map(|(verb, count)| format!("{verb} {count}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 fn node_name(i: usize) -> String {
     format!("node-{i:05}")
-}
-
-/// Runs `op(0..n)` with at most `concurrency` in flight; the first error stops it.
-async fn for_each_concurrent<F, Fut>(n: usize, concurrency: usize, op: F) -> Result<()>
-where
-    F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = Result<(), kube::Error>>,
-{
-    stream::iter(0..n)
-        .map(op)
-        .buffer_unordered(concurrency)
-        .try_collect::<Vec<()>>()
-        .await?;
-    Ok(())
 }
 
 /// Resolves once `n` NodeSLOs have `cpuSuppressThresholdPercent == percent`, with (when, how

@@ -12,14 +12,14 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use capstan_apis::networking::SliceGateway;
 use capstan_apis::worker::{State, WorkerSliceGwRecycler};
 use capstan_proto::router::VerifyRouteAddRequest;
 use capstan_proto::router::slice_router_sidecar_service_client::SliceRouterSidecarServiceClient;
+use capstan_testkit::kubeslice;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -27,7 +27,7 @@ use tonic::transport::{Channel, Endpoint};
 
 mod floor;
 
-use crate::cluster::{Cluster, Controller};
+use crate::cluster::{Cluster, Controller, bench_config};
 use crate::report::{Report, median};
 use floor::Floor;
 
@@ -191,20 +191,14 @@ async fn start_cluster(
     octet: Option<u8>,
     bin_dir: &Path,
 ) -> Result<Cluster> {
-    let mut config = kube_sim::Config {
-        history_size: 100_000,
-        ..kube_sim::Config::default()
-    };
+    let mut config = bench_config();
     if let Some(octet) = octet {
         config.simulate_workloads = true;
         config.workloads.pod_cidr = format!("127.{octet}.0.0/16");
         config.kubelet.exec_images = vec![(IMAGE.to_string(), bin_dir.to_path_buf())];
     }
-    let sim = kube_sim::KubeSim::start(config).await?;
-    let client = sim.client()?;
-    capstan_testkit::install_capstan_crds(&client).await?;
-    let kubeconfig = scratch.join(format!("{name}.kubeconfig"));
-    sim.write_kubeconfig(&kubeconfig)?;
+    let cluster = Cluster::start_with(scratch, name, config).await?;
+    let client = cluster.client.clone();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let own = if octet.is_some() { NS } else { HUB_NS };
     for ns in [own, FLOOR_NS] {
@@ -217,25 +211,11 @@ async fn start_cluster(
     }
     if octet.is_some() {
         let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-        let router = json!({
-            "metadata": {"name": "vl3-slice-router-red", "namespace": NS,
-                         "labels": {"networkservicemesh.io/impl": format!("vl3-service-{SLICE}")}},
-            "spec": {"containers": [{
-                "name": "kubeslice-router-sidecar", "image": format!("{IMAGE}:bench"),
-                "command": ["router-sidecar"],
-                "args": ["--backend", "memory", "--listen", "$(POD_IP):5000",
-                         "--metrics-addr", "$(POD_IP):8080", "--log-level", "warn"],
-                "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
-            }]}
-        });
-        pods.create(&PostParams::default(), &from_json(router)?)
-            .await?;
+        let image = format!("{IMAGE}:bench");
+        let router = kubeslice::slice_router_pod(NS, SLICE, &image, &["--log-level", "warn"]);
+        pods.create(&PostParams::default(), &router).await?;
     }
-    Ok(Cluster {
-        sim,
-        client,
-        kubeconfig,
-    })
+    Ok(cluster)
 }
 
 fn spawn_recycler(
@@ -278,17 +258,8 @@ async fn add_gateways(server: &Cluster, client: &Cluster, pairs: &[Pair]) -> Res
             (server, pair.server(), "Server", 2),
             (client, pair.client(), "Client", 1),
         ] {
-            let api: Api<SliceGateway> = Api::namespaced(cluster.client.clone(), NS);
-            let gw = json!({
-                "apiVersion": "networking.kubeslice.io/v1beta1", "kind": "SliceGateway",
-                "metadata": {"name": name, "namespace": NS}, "spec": {"sliceName": SLICE}
-            });
-            api.create(&PostParams::default(), &from_json(gw)?).await?;
-            let status = json!({"status": {"config": {
-                "sliceName": SLICE, "sliceGatewayName": name, "sliceGatewayHostType": host,
-                "sliceGatewayRemoteSubnet": subnet(octet, pair.index)
-            }}});
-            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            let subnet = subnet(octet, pair.index);
+            kubeslice::create_slice_gateway(&cluster.client, NS, SLICE, &name, host, &subnet)
                 .await?;
         }
     }

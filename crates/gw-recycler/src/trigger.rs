@@ -191,15 +191,14 @@ pub fn new_recycler(
     cr
 }
 
-/// The unfinished recycle involving either gateway, if any.
+/// The unfinished recycle involving either gateway (on either side), if any: the same rule as
+/// rebalancing's (`World::recycle_in_progress`).
 fn in_progress<'a>(
     existing: &'a [WorkerSliceGwRecycler],
     args: &TriggerArgs,
 ) -> Option<&'a WorkerSliceGwRecycler> {
     existing.iter().find(|cr| {
-        !cr.state().is_terminal()
-            && (cr.spec.slice_gw_server.as_deref() == Some(&args.server_gateway)
-                || cr.spec.slice_gw_client.as_deref() == Some(&args.client_gateway))
+        cr.in_progress_for(&args.server_gateway) || cr.in_progress_for(&args.client_gateway)
     })
 }
 
@@ -321,6 +320,11 @@ mod tests {
         let mut busy = cr.clone();
         busy.spec.state = Some(State::from("slicerouter_updated_state"));
         assert!(in_progress(std::slice::from_ref(&busy), &cli.args).is_some());
+        // So does one of the reverse pair (the client gateway on the server side).
+        let mut reverse = busy.clone();
+        reverse.spec.slice_gw_server = Some("red-b-a".into());
+        reverse.spec.slice_gw_client = Some("red-a-b".into());
+        assert!(in_progress(std::slice::from_ref(&reverse), &cli.args).is_some());
         busy.spec.state = Some(State::from("end"));
         assert!(in_progress(&[busy], &cli.args).is_none());
     }

@@ -63,22 +63,20 @@ impl World {
 
     /// The recycles naming one of `gateways` as their server or client SliceGateway.
     pub fn recyclers_of(&self, gateways: &[String]) -> Vec<ObjectRef<WorkerSliceGwRecycler>> {
-        let names = |g: &Option<String>| g.as_ref().is_some_and(|g| gateways.contains(g));
         self.recyclers
             .state()
             .iter()
-            .filter(|cr| names(&cr.spec.slice_gw_server) || names(&cr.spec.slice_gw_client))
+            .filter(|cr| gateways.iter().any(|g| cr.involves(g)))
             .map(|cr| ObjectRef::from_obj(cr.as_ref()))
             .collect()
     }
 
     /// The unfinished recycle of SliceGateway `gateway`, if any.
     pub fn recycle_in_progress(&self, gateway: &str) -> Option<Arc<WorkerSliceGwRecycler>> {
-        let named = |g: &Option<String>| g.as_deref() == Some(gateway);
-        self.recyclers.state().into_iter().find(|cr| {
-            !cr.state().is_terminal()
-                && (named(&cr.spec.slice_gw_server) || named(&cr.spec.slice_gw_client))
-        })
+        self.recyclers
+            .state()
+            .into_iter()
+            .find(|cr| cr.in_progress_for(gateway))
     }
 
     pub fn gateway(&self, name: &str) -> Option<Arc<SliceGateway>> {

@@ -1,21 +1,23 @@
 //! The `machine-driver-sim` binary: serves the simulated provider over gRPC for a kubeconfig.
 
+mod common;
+
 use std::process::Stdio;
 use std::time::Duration;
 
-use capstan_apis::machine::{Code, Machine, MachineClass};
+use capstan_apis::machine::Code;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
+use machine_driver::Driver;
 use machine_driver::grpc::GrpcDriver;
-use machine_driver::{Driver, MachineRequest};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use common::{request, sim};
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_the_simulator_over_grpc() {
-    let sim = kube_sim::KubeSim::start(kube_sim::Config::default())
-        .await
-        .expect("kube-sim starts");
+    let (sim, client) = sim().await;
     let dir = std::env::temp_dir().join(format!("machine-driver-sim-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let kubeconfig = dir.join("kubeconfig");
@@ -43,27 +45,13 @@ async fn serves_the_simulator_over_grpc() {
     .expect("listening line");
 
     let driver = GrpcDriver::connect_lazy(&format!("http://{addr}")).expect("client");
-    let machine: Machine = serde_json::from_value(json!({
-        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
-        "metadata": {"name": "m-1", "namespace": "default"}, "spec": {}
-    }))
-    .expect("machine");
-    let class: MachineClass = serde_json::from_value(json!({
-        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineClass",
-        "metadata": {"name": "mc", "namespace": "default"}, "providerSpec": {}
-    }))
-    .expect("class");
-    let request = MachineRequest {
-        machine,
-        class,
-        secret_data: Default::default(),
-    };
+    let request = request("m-1", json!({}));
     let info = driver
         .create_machine(&request)
         .await
         .expect("created over gRPC");
     assert_eq!(info.node_name, "m-1");
-    let nodes: Api<Node> = Api::all(sim.client().expect("client"));
+    let nodes: Api<Node> = Api::all(client);
     assert!(
         nodes.get_opt("m-1").await.expect("get").is_some(),
         "node registered by the server process"

@@ -1,53 +1,18 @@
 //! The simulated provider against kube-sim, in process and through the gRPC client/server.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use capstan_apis::machine::{Code, Machine, MachineClass};
+use capstan_apis::machine::Code;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::Api;
 use machine_driver::grpc::{GrpcDriver, serve};
-use machine_driver::sim::{SimConfig, SimDriver};
-use machine_driver::{Driver, ListMachinesRequest, MachineRequest};
+use machine_driver::{Driver, ListMachinesRequest};
 use serde_json::json;
 
-async fn sim() -> (kube_sim::KubeSim, kube::Client) {
-    let sim = kube_sim::KubeSim::start(kube_sim::Config::default())
-        .await
-        .expect("kube-sim starts");
-    let client = sim.client().expect("client");
-    (sim, client)
-}
-
-fn request(machine: &str, provider_spec: serde_json::Value) -> MachineRequest {
-    let machine: Machine = serde_json::from_value(json!({
-        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
-        "metadata": {"name": machine, "namespace": "default"},
-        "spec": {"class": {"kind": "MachineClass", "name": "mc"}}
-    }))
-    .expect("machine");
-    let class: MachineClass = serde_json::from_value(json!({
-        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineClass",
-        "metadata": {"name": "mc", "namespace": "default"},
-        "providerSpec": provider_spec
-    }))
-    .expect("class");
-    MachineRequest {
-        machine,
-        class,
-        secret_data: [("token".to_owned(), b"t".to_vec())].into(),
-    }
-}
-
-fn ready(node: &Node) -> Option<String> {
-    node.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| c.status.clone())
-}
+use common::{ready, request, sim, sim_driver};
 
 async fn lifecycle(driver: &dyn Driver, client: &kube::Client) {
     let req = request("m-1", json!({"simulate": {"readyDelaySeconds": 0.5}}));
@@ -154,20 +119,10 @@ async fn injected(driver: &dyn Driver) {
     );
 }
 
-fn sim_driver(client: &kube::Client) -> SimDriver {
-    SimDriver::new(
-        client.clone(),
-        SimConfig {
-            namespace: "default".into(),
-            ready_delay: Duration::from_secs(1),
-        },
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn simulated_provider_in_process() {
     let (_sim, client) = sim().await;
-    let driver = sim_driver(&client);
+    let driver = sim_driver(&client, Duration::from_secs(1));
     lifecycle(&driver, &client).await;
     injected(&driver).await;
 }
@@ -180,9 +135,13 @@ async fn simulated_provider_over_grpc_keeps_codes_and_data() {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve(Arc::new(sim_driver(&client)), listener, async {
-        let _ = stopped.await;
-    }));
+    let server = tokio::spawn(serve(
+        Arc::new(sim_driver(&client, Duration::from_secs(1))),
+        listener,
+        async {
+            let _ = stopped.await;
+        },
+    ));
     let endpoint = GrpcDriver::endpoint_of(&format!("grpc://{addr}")).expect("endpoint");
     let remote = GrpcDriver::connect_lazy(&endpoint).expect("client");
     lifecycle(&remote, &client).await;

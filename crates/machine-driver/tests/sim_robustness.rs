@@ -2,65 +2,23 @@
 //! is refused naming the field (it used to panic the process), and a VM whose Node registration
 //! failed is not reported as created, so a retried CreateMachine finishes it.
 
+mod common;
+
 use std::time::Duration;
 
-use capstan_apis::machine::{Code, Machine, MachineClass};
+use capstan_apis::machine::Code;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::Api;
 use kube_sim::faults::{ErrorRule, FaultConfig};
-use machine_driver::sim::{SimConfig, SimDriver};
-use machine_driver::{Driver, MachineRequest};
+use machine_driver::Driver;
 use serde_json::json;
 
-async fn sim() -> (kube_sim::KubeSim, kube::Client) {
-    let sim = kube_sim::KubeSim::start(kube_sim::Config::default())
-        .await
-        .expect("kube-sim starts");
-    let client = sim.client().expect("client");
-    (sim, client)
-}
-
-fn driver(client: &kube::Client) -> SimDriver {
-    SimDriver::new(
-        client.clone(),
-        SimConfig {
-            namespace: "default".into(),
-            ready_delay: Duration::from_millis(100),
-        },
-    )
-}
-
-fn request(machine: &str, provider_spec: serde_json::Value) -> MachineRequest {
-    let machine: Machine = serde_json::from_value(json!({
-        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
-        "metadata": {"name": machine, "namespace": "default"},
-        "spec": {"class": {"kind": "MachineClass", "name": "mc"}}
-    }))
-    .expect("machine");
-    let class: MachineClass = serde_json::from_value(json!({
-        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineClass",
-        "metadata": {"name": "mc", "namespace": "default"},
-        "providerSpec": provider_spec
-    }))
-    .expect("class");
-    MachineRequest {
-        machine,
-        class,
-        secret_data: Default::default(),
-    }
-}
-
-fn is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
+use common::{ready, request, sim, sim_driver};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_range_simulate_numbers_are_invalid_arguments_naming_the_field() {
     let (_sim, client) = sim().await;
-    let driver = driver(&client);
+    let driver = sim_driver(&client, Duration::from_millis(100));
     for bad in [json!(1e300), json!(-5), json!(1e6), json!("soon")] {
         let req = request("m-bad", json!({"simulate": {"readyDelaySeconds": bad}}));
         let err = driver.create_machine(&req).await.expect_err("refused");
@@ -88,7 +46,7 @@ async fn out_of_range_simulate_numbers_are_invalid_arguments_naming_the_field() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vm_without_its_node_is_not_created_and_a_retried_create_finishes_it() {
     let (sim, client) = sim().await;
-    let driver = driver(&client);
+    let driver = sim_driver(&client, Duration::from_millis(100));
     let req = request("m-1", json!({}));
     // Every Node write fails: the VM is recorded, its Node is not.
     sim.set_faults(FaultConfig {
@@ -128,7 +86,7 @@ async fn a_vm_without_its_node_is_not_created_and_a_retried_create_finishes_it()
             .get_opt("m-1")
             .await
             .expect("get")
-            .is_some_and(|n| is_ready(&n))
+            .is_some_and(|n| ready(&n).as_deref() == Some("True"))
         {
             break;
         }
@@ -143,7 +101,7 @@ async fn a_vm_without_its_node_is_not_created_and_a_retried_create_finishes_it()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn turning_ready_survives_transient_errors() {
     let (sim, client) = sim().await;
-    let driver = driver(&client);
+    let driver = sim_driver(&client, Duration::from_millis(100));
     let req = request("m-2", json!({}));
     driver.create_machine(&req).await.expect("created");
     // Status writes fail for a while after creation: the Ready step keeps trying.
@@ -160,13 +118,13 @@ async fn turning_ready_survives_transient_errors() {
     tokio::time::sleep(Duration::from_millis(600)).await;
     let nodes: Api<Node> = Api::all(client.clone());
     assert!(
-        !is_ready(&nodes.get("m-2").await.expect("node")),
+        ready(&nodes.get("m-2").await.expect("node")).as_deref() != Some("True"),
         "the fault held the node back"
     );
     sim.clear_faults();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        if is_ready(&nodes.get("m-2").await.expect("node")) {
+        if ready(&nodes.get("m-2").await.expect("node")).as_deref() == Some("True") {
             break;
         }
         assert!(

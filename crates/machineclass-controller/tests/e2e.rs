@@ -666,17 +666,7 @@ async fn machine_phase_follows_node_health_and_a_deleted_node_takes_its_machine(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_replica_takes_over_the_objects_it_parked() {
     let env = Env::start().await;
-    let elect = |id: &'static str| {
-        [
-            "--leader-elect",
-            "--lease-duration-seconds",
-            "3",
-            "--lease-grace-seconds",
-            "1",
-            "--lease-identity",
-            id,
-        ]
-    };
+    let elect = common::leader_elect_args;
     let mut leader = env.controller(&elect("replica-a")).await;
     env.secret("cloud").await;
     env.class("sim", "cloud", json!({})).await;

@@ -12,7 +12,7 @@ use capstan_proto::sidecar::TunnelStatusType;
 use capstan_proto::sidecar::gw_sidecar_service_client::GwSidecarServiceClient;
 use capstan_testkit::on_path;
 use capstan_testkit::process::{BinaryUnderTest, http_get};
-use common::{Netns, set};
+use common::set;
 use sidecar_shim::server::GRPC_LISTENING_MARKER;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic_health::pb::HealthCheckRequest;
@@ -177,7 +177,7 @@ async fn router_sidecar_honours_grpc_port_env() {
 
 #[tokio::test]
 async fn router_sidecar_kernel_binary_in_a_namespace() {
-    let Some(netns) = Netns::create() else {
+    let Some(netns) = common::netns() else {
         return;
     };
     netns.veth("v0", "v1", Some("10.1.1.1/24"));
@@ -187,7 +187,7 @@ async fn router_sidecar_kernel_binary_in_a_namespace() {
             "--backend",
             "kernel",
             "--netns",
-            &netns.name,
+            netns.name(),
             "--listen",
             "127.0.0.1:0",
             "--metrics-addr",
@@ -448,7 +448,7 @@ async fn router_sidecar_serves_tls() {
 
 #[tokio::test]
 async fn gw_sidecar_kernel_binary_in_a_namespace() {
-    let Some(netns) = Netns::create() else {
+    let Some(netns) = common::netns() else {
         return;
     };
     netns.veth("nsm0", "nsm0-peer", Some("10.1.1.1/24"));
@@ -459,7 +459,7 @@ async fn gw_sidecar_kernel_binary_in_a_namespace() {
             "--backend",
             "kernel",
             "--netns",
-            &netns.name,
+            netns.name(),
             "--listen",
             "127.0.0.1:0",
             "--metrics-addr",

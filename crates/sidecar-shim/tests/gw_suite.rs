@@ -120,7 +120,7 @@ async fn memory_harness() -> Harness {
 }
 
 async fn kernel_harness() -> Option<Harness> {
-    let netns = Netns::create()?;
+    let netns = common::netns()?;
     // The remote VPN IPs (10.9.0.x) are reachable through vpn0.
     netns.veth("vpn0", "vpn0-peer", Some("10.9.0.1/24"));
     let backend = KernelGw::connect(Some(&netns.path()), Duration::from_millis(50))
@@ -368,32 +368,7 @@ async fn remote_pod_name_asks_the_peer(h: &mut Harness) {
     );
 }
 
-macro_rules! both_backends {
-    ($($scenario:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test]
-                async fn $scenario() {
-                    let mut harness = super::memory_harness().await;
-                    super::$scenario(&mut harness).await;
-                }
-            )*
-        }
-        mod kernel {
-            $(
-                #[tokio::test]
-                async fn $scenario() {
-                    let Some(mut harness) = super::kernel_harness().await else {
-                        return;
-                    };
-                    super::$scenario(&mut harness).await;
-                }
-            )*
-        }
-    };
-}
-
-both_backends!(
+common::both_backends!(
     status_without_interfaces,
     status_with_interfaces,
     connection_context_routes_the_remote_subnet,
@@ -452,15 +427,24 @@ async fn memory_status_maps_field_by_field_to_get_status() {
 /// 100% loss, and UP again once replies arrive.
 #[tokio::test]
 async fn kernel_tunnel_goes_down_after_full_loss_and_recovers() {
-    let Some(netns) = Netns::create() else {
+    let Some(netns) = common::netns() else {
         return;
     };
-    let Some(far) = Netns::create() else {
+    let Some(far) = common::netns() else {
         return;
     };
     // tun9 here, its far end in another namespace that first drops everything.
     netns.ip(&[
-        "link", "add", "tun9", "type", "veth", "peer", "name", "sink9", "netns", &far.name,
+        "link",
+        "add",
+        "tun9",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "sink9",
+        "netns",
+        far.name(),
     ]);
     netns.ip(&["addr", "add", "10.7.0.1/24", "dev", "tun9"]);
     netns.ip(&["link", "set", "tun9", "up"]);

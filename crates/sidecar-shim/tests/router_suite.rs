@@ -130,7 +130,7 @@ async fn memory_harness() -> Harness {
 }
 
 async fn kernel_harness() -> Option<Harness> {
-    let netns = Netns::create()?;
+    let netns = common::netns()?;
     // Next hops 10.1.1.2-4 are on-link through v0.
     netns.veth("v0", "v1", Some("10.1.1.1/24"));
     // Client links.
@@ -415,32 +415,7 @@ async fn concurrent_calls(h: &mut Harness) {
     assert_eq!(h.route(SUBNET), Some(set(&["10.1.1.2", "10.1.1.3"])));
 }
 
-macro_rules! both_backends {
-    ($($scenario:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test]
-                async fn $scenario() {
-                    let mut harness = super::memory_harness().await;
-                    super::$scenario(&mut harness).await;
-                }
-            )*
-        }
-        mod kernel {
-            $(
-                #[tokio::test]
-                async fn $scenario() {
-                    let Some(mut harness) = super::kernel_harness().await else {
-                        return;
-                    };
-                    super::$scenario(&mut harness).await;
-                }
-            )*
-        }
-    };
-}
-
-both_backends!(
+common::both_backends!(
     install_replace_shrink_delete,
     get_route_in_kernel,
     ecmp_removal,

@@ -35,11 +35,18 @@ impl SimCluster {
 
     /// kube-sim with `config` (RBAC, testbed, ...) and Capstan's CRDs.
     pub async fn start_with(config: Config) -> Self {
-        let sim = KubeSim::start(config).await.expect("kube-sim starts");
-        let client = sim.client().expect("admin client");
-        capstan_testkit::install_capstan_crds(&client)
+        let cluster = Self::start_without_crds(config).await;
+        capstan_testkit::install_capstan_crds(&cluster.client)
             .await
             .expect("Capstan's CRDs installed and Established");
+        cluster
+    }
+
+    /// kube-sim with `config` and no CRDs, for a test whose subject installs them (a Helm
+    /// chart's `crds/`), so it cannot pass on CRDs the kit put there.
+    pub async fn start_without_crds(config: Config) -> Self {
+        let sim = KubeSim::start(config).await.expect("kube-sim starts");
+        let client = sim.client().expect("admin client");
         let kubeconfig = NamedTempFile::new().expect("temp file");
         sim.write_kubeconfig(kubeconfig.path())
             .expect("kubeconfig written");
@@ -68,8 +75,19 @@ impl SimCluster {
         self.kubeconfig.path().to_str().expect("utf-8 temp path")
     }
 
-    /// Creates ServiceAccount `namespace/name` and returns a kubeconfig whose user it is
-    /// (kube-sim mints the token); with RBAC on, it may do only what its bindings grant.
+    /// A kubeconfig whose user is ServiceAccount `namespace/name` (kube-sim mints the token),
+    /// for an account something else creates (a chart); with RBAC on, it may do only what its
+    /// bindings grant.
+    pub fn kubeconfig_as(&self, namespace: &str, name: &str) -> NamedTempFile {
+        let token = self.sim.service_account_token(namespace, name);
+        let file = NamedTempFile::new().expect("temp file");
+        std::fs::write(file.path(), self.sim.kubeconfig_yaml_with_token(&token))
+            .expect("kubeconfig written");
+        file
+    }
+
+    /// Creates ServiceAccount `namespace/name` and returns [`kubeconfig_as`](Self::kubeconfig_as)
+    /// it.
     pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> NamedTempFile {
         let accounts: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
         let account: ServiceAccount = capstan_testkit::objects::from_json(serde_json::json!({
@@ -80,11 +98,7 @@ impl SimCluster {
             .create(&PostParams::default(), &account)
             .await
             .unwrap_or_else(|e| panic!("ServiceAccount {namespace}/{name} created: {e}"));
-        let token = self.sim.service_account_token(namespace, name);
-        let file = NamedTempFile::new().expect("temp file");
-        std::fs::write(file.path(), self.sim.kubeconfig_yaml_with_token(&token))
-            .expect("kubeconfig written");
-        file
+        self.kubeconfig_as(namespace, name)
     }
 
     /// Spawns `program` with `--kubeconfig` (admin) and `--metrics-addr 127.0.0.1:0`, then

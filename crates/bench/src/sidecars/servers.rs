@@ -12,6 +12,7 @@ use capstan_proto::router::slice_router_sidecar_service_server::{
 use capstan_proto::router::{self as rt, SliceGwConContext, VerifyRouteAddRequest};
 use capstan_proto::sidecar::gw_sidecar_service_server::{GwSidecarService, GwSidecarServiceServer};
 use capstan_proto::sidecar::{self as gwp, GwPodStatus};
+use capstan_testkit::netns::Netns;
 use sidecar_shim::gw::kernel::KernelGw;
 use sidecar_shim::gw::memory::{MemoryGw, MemoryGwStatus, MemoryTunnel};
 use sidecar_shim::gw::{GwSidecar, PeerConfig, PodIdentity};
@@ -22,8 +23,6 @@ use sidecar_shim::server::SpawnedServer;
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
-
-use super::netns::BenchNetns;
 
 /// A server on 127.0.0.1:0 and a channel to it; the server stops when this is dropped.
 pub struct BenchServer {
@@ -76,7 +75,7 @@ pub struct Sidecars {
     pub router: BenchServer,
     pub gw: BenchServer,
     /// Deleted after the servers stop (fields drop in declaration order).
-    _netns: Option<BenchNetns>,
+    _netns: Option<Netns>,
 }
 
 fn gw_identity() -> PodIdentity {
@@ -112,7 +111,7 @@ impl Sidecars {
 
     /// Kernel sidecars in a fresh network namespace (needs root and iproute2).
     pub async fn kernel() -> Result<Self> {
-        let netns = BenchNetns::create().context("creating the bench network namespace")?;
+        let netns = super::netns::create().context("creating the bench network namespace")?;
         let path = netns.path();
         let router_backend =
             KernelRouter::connect(Some(&path)).context("kernel router backend (netlink)")?;

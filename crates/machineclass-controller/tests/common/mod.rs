@@ -18,6 +18,20 @@ use serde_json::Value;
 pub const BIN: &str = env!("CARGO_BIN_EXE_machineclass-controller");
 pub const NS: &str = "default";
 
+/// Leader election flags with a short Lease (3 s, renewed 1 s before it runs out), so hand-overs
+/// happen within a test, as `identity`.
+pub fn leader_elect_args(identity: &str) -> [&str; 7] {
+    [
+        "--leader-elect",
+        "--lease-duration-seconds",
+        "3",
+        "--lease-grace-seconds",
+        "1",
+        "--lease-identity",
+        identity,
+    ]
+}
+
 pub struct Env(SimCluster);
 
 impl std::ops::Deref for Env {
