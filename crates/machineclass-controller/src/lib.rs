@@ -161,13 +161,7 @@ fn indexed_reflector<K>(
     affected: impl Fn(&str) + Send + 'static,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: capstan_runtime::controller::Watched,
 {
     reflector::reflector(writer, watch_events(api, watcher::Config::default()))
         .map_ok(move |event| {

@@ -349,6 +349,30 @@ pub fn turned_true(rx: watch::Receiver<bool>) -> impl Stream<Item = ()> + Send +
     })
 }
 
+/// What a watched, cached kind must be: a static resource that decodes, clones and crosses
+/// threads (kube-runtime's reflector and `Controller` ask the same).
+pub trait Watched:
+    Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// The watch events of `api` with `config`; watch errors back off. Objects come without their
 /// `managedFields`: no controller decision reads them, and with a few writers per object they are
 /// a large share of each cached object (peak RSS).
@@ -359,13 +383,7 @@ pub fn watch_events<K>(
 + Send
 + use<K>
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     use kube::runtime::{WatchStreamExt, watcher};
     watcher(api, config)
@@ -383,13 +401,7 @@ pub fn reflect<K>(
     impl Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + use<K>,
 )
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     use kube::runtime::{WatchStreamExt, reflector};
     let (store, writer) = reflector::store();
