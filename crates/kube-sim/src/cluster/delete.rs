@@ -193,7 +193,7 @@ impl Cluster {
         if !self.store.dependents_of(uid).is_empty() {
             return;
         }
-        if let Some((k, ok)) = self.store.locate_uid(uid).cloned()
+        if let Some((k, ok)) = self.store.locate_uid(uid)
             && let Some(o) = self.store.get(&k, &ok)
             && finalizers(&o).iter().any(|f| f == "foregroundDeletion")
         {
@@ -235,7 +235,7 @@ impl Cluster {
             .find(|(_, c)| {
                 crd_storage_key(c) == *instances && !meta(c)["deletionTimestamp"].is_null()
             })
-            .map(|(k, _)| k.clone())
+            .map(|(k, _)| k.to_obj_key())
     }
 
     /// Removes a terminating CRD whose last instance is gone.

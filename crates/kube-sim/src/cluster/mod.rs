@@ -19,9 +19,8 @@ use crate::patch::{self, PatchError};
 use crate::registry::{Registry, ResourceInfo, StorageKey};
 use crate::schema;
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::store::{ObjKey, Store, Stored, obj_key};
+use crate::store::{ObjKey, ObjName, Store, Stored, obj_key};
 use crate::util::{self, Random};
-use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
@@ -79,8 +78,8 @@ pub struct ListOptions {
 }
 
 pub struct ListResult {
-    /// Each item's JSON, in the requested version.
-    pub items: Vec<Bytes>,
+    /// Each item's JSON, in the requested version (shared with the store, not copied).
+    pub items: Vec<Stored>,
     pub resource_version: u64,
     pub continue_token: Option<String>,
     pub remaining: Option<usize>,
@@ -89,10 +88,7 @@ pub struct ListResult {
 impl ListResult {
     /// The items as trees (Table output, partial metadata).
     pub fn values(&self) -> Vec<Arc<Value>> {
-        self.items
-            .iter()
-            .map(|b| Arc::new(serde_json::from_slice(b).unwrap_or_default()))
-            .collect()
+        self.items.iter().map(|s| Arc::new(s.value())).collect()
     }
 }
 

@@ -11,14 +11,20 @@ impl Cluster {
         Arc::new(convert::from_storage(info, obj))
     }
 
+    /// `present` of an object the caller owns (converted only when it must be).
+    pub fn present_owned(info: &ResourceInfo, obj: Value) -> Value {
+        if !convert::needs_conversion(info, &obj) {
+            return obj;
+        }
+        convert::from_storage(info, &obj)
+    }
+
     /// The JSON of a stored object in the requested version: its stored bytes unless it must be
     /// converted.
-    pub fn present_json(info: &ResourceInfo, obj: &Stored) -> Bytes {
+    pub fn present_json(info: &ResourceInfo, obj: &Stored) -> Stored {
         match obj.api_version() {
-            Some(av) if info.is_api_version(&av) => obj.json().clone(),
-            _ => Stored::encode(&convert::from_storage(info, &obj.value()))
-                .json()
-                .clone(),
+            Some(av) if info.is_api_version(&av) => obj.clone(),
+            _ => Stored::encode(&convert::from_storage(info, &obj.value())),
         }
     }
 
@@ -66,14 +72,14 @@ impl Cluster {
         let mut remaining = 0usize;
         let exact_name = opts.fields.exact_name();
         let selects = !opts.labels.is_empty() || !opts.fields.is_empty();
-        let mut last_key: Option<&ObjKey> = None;
+        let mut last_key: Option<&ObjName> = None;
         for (k, obj) in &snapshot {
             if let Some(a) = &after
-                && k <= a
+                && (k.namespace(), k.name()) <= (a.0.as_str(), a.1.as_str())
             {
                 continue;
             }
-            if exact_name.is_some_and(|n| n != k.1) {
+            if exact_name.is_some_and(|n| n != k.name()) {
                 continue;
             }
             if selects {
@@ -86,9 +92,9 @@ impl Cluster {
                 && items.len() >= limit
             {
                 if next.is_none()
-                    && let Some((ln, lm)) = last_key
+                    && let Some(last) = last_key
                 {
-                    next = Some(encode_continue(rv, ln, lm));
+                    next = Some(encode_continue(rv, last.namespace(), last.name()));
                 }
                 remaining += 1;
                 continue;

@@ -8,9 +8,23 @@ impl Cluster {
         &mut self,
         info: &ResourceInfo,
         ns: &str,
-        mut body: Value,
+        body: Value,
         opts: &WriteOptions,
     ) -> Result<Value> {
+        self.create_stored(info, ns, body, opts)
+            .map(|(created, _)| created)
+    }
+
+    /// `create`, also answering the stored JSON when it is the response's body as it is (the
+    /// request's version is the storage version; not a dry run), so a server need not serialize
+    /// the object a second time.
+    pub fn create_stored(
+        &mut self,
+        info: &ResourceInfo,
+        ns: &str,
+        mut body: Value,
+        opts: &WriteOptions,
+    ) -> Result<(Value, Option<Stored>)> {
         if !body.is_object() {
             return Err(ApiError::bad_request(
                 "the body of the request must be an object",
@@ -66,8 +80,7 @@ impl Cluster {
         }
         if self
             .store
-            .get(&key, &Self::obj_key_for(info, ns, &name))
-            .is_some()
+            .contains(&key, &Self::obj_key_for(info, ns, &name))
         {
             return Err(ApiError::already_exists(&info.group, &info.plural, &name));
         }
@@ -104,11 +117,14 @@ impl Cluster {
             apply::ListTypes::from_schema(info.schema.as_deref()),
         );
         if opts.dry_run {
-            return Ok(body);
+            return Ok((body, None));
         }
-        let stored = self.store.put(&key, body);
+        let (created, json) = self.store.put_stored(&key, body);
         self.rebuild_registry_if_crd(info);
-        Ok((*Self::present(info, &stored)).clone())
+        if convert::needs_conversion(info, &created) {
+            return Ok((Self::present_owned(info, created), None));
+        }
+        Ok((created, json))
     }
 
     /// PUT: full replacement with optimistic concurrency.
@@ -296,9 +312,9 @@ impl Cluster {
             let gone = self.remove_now(&key, &obj_key(&stored));
             return Ok(gone.map(|g| (*g).clone()).unwrap_or_default());
         }
-        let stored = self.store.put(&key, new);
+        let (stored, _) = self.store.put_stored(&key, new);
         self.rebuild_registry_if_crd(info);
-        Ok((*Self::present(info, &stored)).clone())
+        Ok(Self::present_owned(info, stored))
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -458,7 +458,13 @@ fn list_meta(result: &ListResult) -> Value {
 
 /// Serializes a list without cloning items into one big `Value`.
 fn list_bytes(info: &ResourceInfo, result: &ListResult, partial: bool) -> Bytes {
-    let mut out = Vec::with_capacity(64 + result.items.iter().map(|i| i.len() + 1).sum::<usize>());
+    let mut out = Vec::with_capacity(
+        64 + result
+            .items
+            .iter()
+            .map(|i| i.json().len() + 1)
+            .sum::<usize>(),
+    );
     let (kind, api_version) = if partial {
         (
             "PartialObjectMetadataList".to_string(),
@@ -482,11 +488,10 @@ fn list_bytes(info: &ResourceInfo, result: &ListResult, partial: bool) -> Bytes 
             out.push(b',');
         }
         if partial {
-            let tree: Value = serde_json::from_slice(item).unwrap_or_default();
-            let _ = serde_json::to_writer(&mut out, &partial_object(&tree));
+            let _ = serde_json::to_writer(&mut out, &partial_object(&item.value()));
         } else {
             // Stored bytes, copied: a list is not re-serialized.
-            out.extend_from_slice(item);
+            out.extend_from_slice(item.json());
         }
     }
     out.extend_from_slice(b"]}");
@@ -519,6 +524,12 @@ fn object_response(
         return json_response(code, &partial_object(obj));
     }
     protobuf_or_json(code, obj, accept)
+}
+
+/// Whether `object_response` would answer with the object's own JSON (no Table, partial
+/// metadata or protobuf asked for).
+fn is_plain_json(accept: &str) -> bool {
+    !wants_table(accept) && !wants_partial(accept) && !crate::protobuf::wants_protobuf(accept)
 }
 
 /// Protobuf hook: answers in protobuf when the client asks for it first and the kind has a
@@ -632,11 +643,15 @@ fn resource_request(
             let mut body = decode_body(headers, raw)?;
             let warnings = validate_builtin(info, &mut body, raw, query)?;
             let opts = write_options(query, headers, false);
-            let created = write(shared, |c| c.create(info, &ns, body, &opts))?;
-            Ok(with_warnings(
-                object_response(201, info, &created, accept, query),
-                &warnings,
-            ))
+            let (created, stored) = write(shared, |c| c.create_stored(info, &ns, body, &opts))?;
+            let response = match stored {
+                // The JSON the store wrote is the answer: not serialized again.
+                Some(json) if is_plain_json(accept) => {
+                    bytes_response(201, json.to_bytes(), "application/json")
+                }
+                _ => object_response(201, info, &created, accept, query),
+            };
+            Ok(with_warnings(response, &warnings))
         }
         (&Method::POST, Some(name)) if rp.sub.as_deref() == Some("eviction") => {
             write(shared, |c| {

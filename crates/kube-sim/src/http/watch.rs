@@ -97,7 +97,7 @@ impl WatchFilter {
         if !self.info.stored_under(&ev.key) {
             return false;
         }
-        let namespace = ev.object_key.0.as_str();
+        let namespace = ev.object_key.namespace();
         let now = self.matches_stored(namespace, &ev.object);
         let before = ev.prev.as_ref().map(|p| self.matches_stored(namespace, p));
         let type_ = match (ev.type_, before, now) {
@@ -217,7 +217,7 @@ pub fn start(
             .store
             .list(&filter.info.storage_key(), filter.namespace.as_deref())
         {
-            if filter.matches_stored(&ok.0, obj) {
+            if filter.matches_stored(ok.namespace(), obj) {
                 filter.stored_line_into("ADDED", obj, &mut batch);
                 flush_full(&mut batch, pending);
             }

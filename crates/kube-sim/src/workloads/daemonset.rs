@@ -1,8 +1,10 @@
 //! The DaemonSet controller: one Pod per eligible Node (the template's `nodeSelector` matches and
 //! the Node's NoSchedule/NoExecute taints are tolerated, counting the tolerations the controller
 //! adds, so cordoned Nodes keep their daemons), a rolling update on template change
-//! (`maxUnavailable`, default 1) and the status counts `kubectl rollout status` reads.
+//! (`maxUnavailable`, default 1), the status counts `kubectl rollout status` reads, and a
+//! ControllerRevision per template (`controller_revision`) for `kubectl rollout history|undo`.
 
+use super::controller_revision::{self, HASH_LABEL};
 use super::{
     PassReport, WorkloadError, all, controller_uid, deleting, name, namespace, opts, pod_ready,
     strip_zeroes, uid, write_err,
@@ -10,12 +12,10 @@ use super::{
 use crate::cluster::{Cluster, DeleteOptions, Sub};
 use crate::registry::ResourceInfo;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 const MANAGER: &str = "kube-controller-manager";
-/// The label a daemon pod carries with its template's hash (`controller-revision-hash` upstream).
-const HASH_LABEL: &str = "controller-revision-hash";
 
 /// The tolerations the DaemonSet controller adds to every daemon pod (k8s.io/kubernetes
 /// pkg/controller/daemon/util.AddOrUpdateDaemonPodTolerations).
@@ -113,19 +113,32 @@ fn on_delete(ds: &Value) -> bool {
     ds["spec"]["updateStrategy"]["type"] == "OnDelete"
 }
 
-/// DaemonSets -> one Pod per eligible Node, then their status.
+/// Where the DaemonSet controller reads and writes.
+pub(super) struct DaemonSetInfos<'a> {
+    pub daemonsets: &'a ResourceInfo,
+    pub pods: &'a ResourceInfo,
+    pub nodes: &'a ResourceInfo,
+    /// Served once the registry has them (`apps/v1` `controllerrevisions`).
+    pub revisions: Option<&'a ResourceInfo>,
+}
+
+/// DaemonSets -> their template's revision, one Pod per eligible Node, then their status.
 pub(super) fn sync(
     cluster: &mut Cluster,
-    daemonsets: &ResourceInfo,
-    pods_info: &ResourceInfo,
-    nodes_info: &ResourceInfo,
+    infos: &DaemonSetInfos,
     report: &mut PassReport,
 ) -> Result<(), WorkloadError> {
-    let nodes = all(cluster, nodes_info);
+    let (daemonsets, pods_info) = (infos.daemonsets, infos.pods);
+    let nodes = all(cluster, infos.nodes);
     for ds in all(cluster, daemonsets) {
         if deleting(&ds) {
             continue;
         }
+        let hash = template_hash(&ds);
+        let old_revisions = match infos.revisions {
+            Some(r) => controller_revision::record(cluster, r, &ds, &hash, report)?,
+            None => Vec::new(),
+        };
         let pods = all(cluster, pods_info);
         let mut by_node: BTreeMap<String, Vec<Arc<Value>>> = BTreeMap::new();
         for p in pods
@@ -136,7 +149,6 @@ pub(super) fn sync(
             by_node.entry(node.to_string()).or_default().push(p.clone());
         }
         let spec = pod_spec(&ds);
-        let hash = template_hash(&ds);
         let mut create = Vec::new();
         let mut remove: Vec<Arc<Value>> = Vec::new();
         let mut eligible = Vec::new();
@@ -199,6 +211,18 @@ pub(super) fn sync(
                 .delete(pods_info, namespace(p), name(p), &DeleteOptions::default())
                 .map_err(|e| write_err("a daemon Pod", &e))?;
             report.writes += 1;
+        }
+        if let Some(r) = infos.revisions {
+            let live: BTreeSet<String> = all(cluster, pods_info)
+                .iter()
+                .filter(|p| controller_uid(p) == Some(uid(&ds)))
+                .filter_map(|p| {
+                    p["metadata"]["labels"][HASH_LABEL]
+                        .as_str()
+                        .map(String::from)
+                })
+                .collect();
+            controller_revision::clean_up(cluster, r, &ds, old_revisions, &live, report)?;
         }
         sync_status(cluster, daemonsets, pods_info, &ds, &nodes, report)?;
     }

@@ -3,13 +3,15 @@
 //! template, named `<deployment>-<pod-template-hash>`), `replicaset` (Pods with owner references
 //! and the `pod-template-hash` label), `pod` (scheduling onto schedulable Nodes, a distinct
 //! `podIP` from the pool, default `127.10.0.0/16` so a process can bind it on loopback; phase
-//! Running and Ready conditions), `daemonset` (a Pod per eligible Node, rolling updates), `job` (Pods run to
+//! Running and Ready conditions), `daemonset` (a Pod per eligible Node, rolling updates; `controller_revision` keeps its
+//! template history), `job` (Pods run to
 //! completion, counted against `completions` and `backoffLimit`), `node` (kubelet heartbeats: Nodes added with
 //! [`crate::KubeSim::add_node`], and with simulation on every other Node too, are Ready and
 //! heartbeat until switched NotReady).
 //!
 //! Each pass reads the whole state and writes only what differs, so a quiet cluster stays quiet.
 
+mod controller_revision;
 mod daemonset;
 mod deployment;
 mod ippool;
@@ -139,6 +141,7 @@ pub(crate) struct Infos {
     /// Served once the registry has them (core/v1 `replicationcontrollers`).
     replicationcontrollers: Option<ResourceInfo>,
     daemonsets: Option<ResourceInfo>,
+    controllerrevisions: Option<ResourceInfo>,
     jobs: Option<ResourceInfo>,
 }
 
@@ -154,6 +157,7 @@ fn infos(cluster: &Cluster) -> Option<Infos> {
         configmaps: r.lookup("", "v1", "configmaps")?.clone(),
         replicationcontrollers: r.lookup("", "v1", "replicationcontrollers").cloned(),
         daemonsets: r.lookup("apps", "v1", "daemonsets").cloned(),
+        controllerrevisions: r.lookup("apps", "v1", "controllerrevisions").cloned(),
         jobs: r.lookup("batch", "v1", "jobs").cloned(),
     })
 }
@@ -204,7 +208,13 @@ pub fn reconcile(cluster: &mut Cluster, sim: &Simulation) -> Result<PassReport, 
         replicaset::sync_pods(cluster, rc, &i.pods, &mut report)?;
     }
     if let Some(ds) = &i.daemonsets {
-        daemonset::sync(cluster, ds, &i.pods, &i.nodes, &mut report)?;
+        let infos = daemonset::DaemonSetInfos {
+            daemonsets: ds,
+            pods: &i.pods,
+            nodes: &i.nodes,
+            revisions: i.controllerrevisions.as_ref(),
+        };
+        daemonset::sync(cluster, &infos, &mut report)?;
     }
     if let Some(jobs) = &i.jobs {
         job::sync(cluster, jobs, &i.pods, &mut report)?;
@@ -221,8 +231,10 @@ pub fn reconcile(cluster: &mut Cluster, sim: &Simulation) -> Result<PassReport, 
 fn relevant(key: &crate::registry::StorageKey) -> bool {
     matches!(
         (key.0.as_str(), key.1.as_str()),
-        ("apps", "deployments" | "replicasets" | "daemonsets")
-            | ("batch", "jobs")
+        (
+            "apps",
+            "deployments" | "replicasets" | "daemonsets" | "controllerrevisions"
+        ) | ("batch", "jobs")
             | (
                 "",
                 "pods" | "nodes" | "namespaces" | "replicationcontrollers"

@@ -1,12 +1,21 @@
 //! The object store: one map per resource, one cluster-wide resourceVersion counter, a bounded
 //! history of events for watch resumption, and a broadcast of new events to live watchers.
 //! Objects are held as their serialized JSON (`Stored`), not as trees: memory follows the data,
-//! lists and watch events copy bytes, and only a request that needs the tree decodes it.
+//! lists and watch events copy bytes, and only a request that needs the tree decodes it. The
+//! object map, the uid and owner indexes and the history share each object's key (`key`) and
+//! JSON, so an object costs its JSON plus a few hundred bytes of pointers (tests/memory.rs).
+
+mod key;
+mod stored;
+
+pub use key::{ObjName, ResourceKey};
+use stored::Identity;
+pub use stored::Stored;
 
 use crate::registry::StorageKey;
-use bytes::Bytes;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::ops::Bound;
 use std::sync::Arc;
 use tokio::sync::broadcast;
 
@@ -30,56 +39,21 @@ impl EventType {
     }
 }
 
-/// One object as the store holds it: its JSON, serialized once and shared by the object map,
-/// the event history, lists and watch streams.
-#[derive(Debug, Clone)]
-pub struct Stored(Bytes);
-
-impl Stored {
-    pub fn encode(obj: &Value) -> Self {
-        let json = serde_json::to_vec(obj).unwrap_or_default();
-        // `Bytes::from(Vec)` keeps the Vec's spare capacity (up to as much again): copy it exact.
-        Self(Bytes::copy_from_slice(&json))
-    }
-
-    pub fn json(&self) -> &Bytes {
-        &self.0
-    }
-
-    /// The object as a tree. The bytes were written by `encode`, so they decode.
-    pub fn value(&self) -> Value {
-        serde_json::from_slice(&self.0).unwrap_or_default()
-    }
-
-    /// `apiVersion` without decoding when it is the first key (as serde_json writes a Map in
-    /// key order, it is for every kind whose top-level keys all sort after it); else decodes.
-    pub fn api_version(&self) -> Option<String> {
-        const LEAD: &[u8] = b"{\"apiVersion\":\"";
-        if let Some(rest) = self.0.strip_prefix(LEAD)
-            && let Some(end) = rest.iter().position(|b| *b == b'"' || *b == b'\\')
-            && rest[end] == b'"'
-        {
-            return std::str::from_utf8(&rest[..end]).ok().map(String::from);
-        }
-        self.value()["apiVersion"].as_str().map(String::from)
-    }
-}
-
 /// One change, shared by every watcher; the object is serialized once, when it is stored.
 #[derive(Debug)]
 pub struct Event {
     pub rv: u64,
     pub type_: EventType,
-    pub key: StorageKey,
+    pub key: ResourceKey,
     /// Namespace ("" for cluster-scoped) and name of the object.
-    pub object_key: ObjKey,
+    pub object_key: ObjName,
     pub object: Stored,
     /// The object before a modification (selectors: leaving the selector is a DELETED).
     pub prev: Option<Stored>,
 }
 
 impl Event {
-    pub fn object_json(&self) -> &Bytes {
+    pub fn object_json(&self) -> &[u8] {
         self.object.json()
     }
 }
@@ -92,15 +66,6 @@ pub fn obj_key(obj: &Value) -> ObjKey {
     )
 }
 
-fn owner_uids(obj: &Value) -> Vec<String> {
-    obj["metadata"]["ownerReferences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|r| r["uid"].as_str().map(String::from))
-        .collect()
-}
-
 /// A hook that sees the store after each applied change (persistence compacts its log there).
 pub type Compactor = Box<dyn FnMut(&Store) + Send>;
 
@@ -108,18 +73,27 @@ pub type Compactor = Box<dyn FnMut(&Store) + Send>;
 /// error refuses the event.
 pub type EventSink = Box<dyn FnMut(&Event) -> Result<(), String> + Send>;
 
+/// Where an object lives, as the indexes hold it: two shared pointers.
+type Location = (ResourceKey, ObjName);
+
+/// The objects of one resource, in key order, with the resource's shared key.
+struct Objects {
+    key: ResourceKey,
+    map: BTreeMap<ObjName, Stored>,
+}
+
 pub struct Store {
     rv: u64,
-    objects: HashMap<StorageKey, BTreeMap<ObjKey, Stored>>,
+    objects: HashMap<StorageKey, Objects>,
     history: VecDeque<Arc<Event>>,
     history_cap: usize,
     /// Every event after this resourceVersion is still in `history`.
     history_floor: u64,
     tx: broadcast::Sender<Arc<Event>>,
     /// Owner uid -> dependents, for garbage collection.
-    dependents: HashMap<String, BTreeSet<(StorageKey, ObjKey)>>,
+    dependents: HashMap<Box<str>, BTreeSet<Location>>,
     /// uid -> location, to resolve owners.
-    uids: HashMap<String, (StorageKey, ObjKey)>,
+    uids: HashMap<Box<str>, Location>,
     /// Sees every event before it is applied (persistence makes it durable there).
     sink: Option<EventSink>,
     /// Why the sink last refused an event, until `take_failure`.
@@ -157,14 +131,35 @@ impl Store {
         }
     }
 
+    /// The shared keys of a resource and an object: the resource's entry is made on first use,
+    /// the object's key is the stored one when the object exists, else a new one.
+    fn locate(&mut self, key: &StorageKey, ok: &ObjKey) -> Location {
+        let objects = match self.objects.get(key) {
+            Some(o) => o,
+            None => self.objects.entry(key.clone()).or_insert_with(|| Objects {
+                key: Arc::new(key.clone()),
+                map: BTreeMap::new(),
+            }),
+        };
+        let joined = ObjName::lookup(&ok.0, &ok.1);
+        let shared = match objects.map.get_key_value(joined.as_slice()) {
+            Some((k, _)) => k.clone(),
+            None => ObjName::of(ok),
+        };
+        (objects.key.clone(), shared)
+    }
+
     /// Puts an object back as a snapshot held it: no event, no new resourceVersion.
     pub fn restore(&mut self, key: &StorageKey, obj: Value) {
-        let ok = obj_key(&obj);
-        self.index(key, &ok, None, Some(&obj));
-        self.objects
-            .entry(key.clone())
-            .or_default()
-            .insert(ok, Stored::encode(&obj));
+        let loc = self.locate(key, &obj_key(&obj));
+        self.index(&loc, None, Some(&Identity::of(&obj)));
+        self.insert(&loc, Stored::encode(&obj));
+    }
+
+    fn insert(&mut self, (key, ok): &Location, stored: Stored) {
+        if let Some(objects) = self.objects.get_mut(&**key) {
+            objects.map.insert(ok.clone(), stored);
+        }
     }
 
     /// After `restore`: the snapshot's resourceVersion; history starts there (older resumes
@@ -179,7 +174,7 @@ impl Store {
     pub fn all(&self) -> impl Iterator<Item = (&StorageKey, &Stored)> {
         self.objects
             .iter()
-            .flat_map(|(k, m)| m.values().map(move |s| (k, s)))
+            .flat_map(|(k, o)| o.map.values().map(move |s| (k, s)))
     }
 
     /// Installs the hook that sees every later event before it is published.
@@ -197,7 +192,12 @@ impl Store {
     }
 
     pub fn get_stored(&self, key: &StorageKey, obj: &ObjKey) -> Option<&Stored> {
-        self.objects.get(key)?.get(obj)
+        let objects = self.objects.get(key)?;
+        objects.map.get(ObjName::lookup(&obj.0, &obj.1).as_slice())
+    }
+
+    pub fn contains(&self, key: &StorageKey, obj: &ObjKey) -> bool {
+        self.get_stored(key, obj).is_some()
     }
 
     /// Objects of a resource in key order, decoded, optionally within one namespace.
@@ -205,7 +205,7 @@ impl Store {
         &'a self,
         key: &StorageKey,
         namespace: Option<&'a str>,
-    ) -> impl Iterator<Item = (&'a ObjKey, Arc<Value>)> + 'a {
+    ) -> impl Iterator<Item = (&'a ObjName, Arc<Value>)> + 'a {
         self.list(key, namespace)
             .map(|(k, s)| (k, Arc::new(s.value())))
     }
@@ -215,27 +215,32 @@ impl Store {
         &'a self,
         key: &StorageKey,
         namespace: Option<&'a str>,
-    ) -> Box<dyn Iterator<Item = (&'a ObjKey, &'a Stored)> + 'a> {
-        let Some(map) = self.objects.get(key) else {
+    ) -> Box<dyn Iterator<Item = (&'a ObjName, &'a Stored)> + 'a> {
+        let Some(objects) = self.objects.get(key) else {
             return Box::new(std::iter::empty());
         };
         match namespace {
-            Some(ns) => Box::new(
-                map.range((ns.to_string(), String::new())..)
-                    .take_while(move |((n, _), _)| n == ns),
-            ),
-            None => Box::new(map.iter()),
+            Some(ns) => {
+                let prefix = ObjName::namespace_prefix(ns);
+                Box::new(
+                    objects
+                        .map
+                        .range::<[u8], _>((Bound::Included(prefix.as_slice()), Bound::Unbounded))
+                        .take_while(move |(k, _)| k.namespace() == ns),
+                )
+            }
+            None => Box::new(objects.map.iter()),
         }
     }
 
     pub fn count(&self, key: &StorageKey) -> usize {
-        self.objects.get(key).map_or(0, BTreeMap::len)
+        self.objects.get(key).map_or(0, |o| o.map.len())
     }
 
     pub fn keys_of(&self, key: &StorageKey) -> Vec<ObjKey> {
         self.objects
             .get(key)
-            .map(|m| m.keys().cloned().collect())
+            .map(|o| o.map.keys().map(ObjName::to_obj_key).collect())
             .unwrap_or_default()
     }
 
@@ -243,38 +248,51 @@ impl Store {
         self.objects.keys().cloned().collect()
     }
 
-    pub fn locate_uid(&self, uid: &str) -> Option<&(StorageKey, ObjKey)> {
-        self.uids.get(uid)
+    pub fn locate_uid(&self, uid: &str) -> Option<(StorageKey, ObjKey)> {
+        self.uids
+            .get(uid)
+            .map(|(k, ok)| ((**k).clone(), ok.to_obj_key()))
     }
 
     pub fn dependents_of(&self, uid: &str) -> Vec<(StorageKey, ObjKey)> {
         self.dependents
             .get(uid)
-            .map(|s| s.iter().cloned().collect())
+            .map(|s| {
+                s.iter()
+                    .map(|(k, ok)| ((**k).clone(), ok.to_obj_key()))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
-    fn index(&mut self, key: &StorageKey, ok: &ObjKey, old: Option<&Value>, new: Option<&Value>) {
-        let loc = (key.clone(), ok.clone());
+    fn index(&mut self, loc: &Location, old: Option<&Identity>, new: Option<&Identity>) {
         if let Some(old) = old {
-            for uid in owner_uids(old) {
-                if let Some(set) = self.dependents.get_mut(&uid) {
-                    set.remove(&loc);
+            for uid in old.owners() {
+                if let Some(set) = self.dependents.get_mut(uid) {
+                    set.remove(loc);
                     if set.is_empty() {
-                        self.dependents.remove(&uid);
+                        self.dependents.remove(uid);
                     }
                 }
             }
-            if let Some(uid) = old["metadata"]["uid"].as_str() {
-                self.uids.remove(uid);
+            if let Some(uid) = &old.uid {
+                self.uids.remove(uid.as_str());
             }
         }
         if let Some(new) = new {
-            for uid in owner_uids(new) {
-                self.dependents.entry(uid).or_default().insert(loc.clone());
+            for uid in new.owners() {
+                match self.dependents.get_mut(uid) {
+                    Some(set) => {
+                        set.insert(loc.clone());
+                    }
+                    None => {
+                        self.dependents
+                            .insert(uid.into(), BTreeSet::from([loc.clone()]));
+                    }
+                }
             }
-            if let Some(uid) = new["metadata"]["uid"].as_str() {
-                self.uids.insert(uid.to_string(), loc);
+            if let Some(uid) = &new.uid {
+                self.uids.insert(uid.as_str().into(), loc.clone());
             }
         }
     }
@@ -285,8 +303,7 @@ impl Store {
     fn record(
         &mut self,
         type_: EventType,
-        key: StorageKey,
-        object_key: ObjKey,
+        (key, object_key): Location,
         object: Stored,
         prev: Option<Stored>,
     ) -> bool {
@@ -324,48 +341,60 @@ impl Store {
 
     /// Stores an object under a new resourceVersion and emits ADDED or MODIFIED. When the sink
     /// refuses the event, nothing is stored (see `take_failure`).
-    pub fn put(&mut self, key: &StorageKey, mut obj: Value) -> Arc<Value> {
+    pub fn put(&mut self, key: &StorageKey, obj: Value) -> Arc<Value> {
+        let (obj, _) = self.put_stored(key, obj);
+        Arc::new(obj)
+    }
+
+    /// `put`, also answering the stored JSON (`None` when the sink refused the event), so a
+    /// caller that answers with the object need not serialize it again.
+    pub fn put_stored(&mut self, key: &StorageKey, mut obj: Value) -> (Value, Option<Stored>) {
         obj["metadata"]["resourceVersion"] = Value::String((self.rv + 1).to_string());
-        let ok = obj_key(&obj);
+        let loc = self.locate(key, &obj_key(&obj));
         let stored = Stored::encode(&obj);
-        let prev = self.objects.get(key).and_then(|m| m.get(&ok)).cloned();
+        let prev = self
+            .objects
+            .get(key)
+            .and_then(|o| o.map.get(&loc.1))
+            .cloned();
         let type_ = if prev.is_some() {
             EventType::Modified
         } else {
             EventType::Added
         };
-        if !self.record(type_, key.clone(), ok.clone(), stored.clone(), prev.clone()) {
-            return Arc::new(obj);
+        if !self.record(type_, loc.clone(), stored.clone(), prev.clone()) {
+            return (obj, None);
         }
-        self.objects
-            .entry(key.clone())
-            .or_default()
-            .insert(ok.clone(), stored);
-        let old = prev.as_ref().map(Stored::value);
-        self.index(key, &ok, old.as_ref(), Some(&obj));
+        self.insert(&loc, stored.clone());
+        let old = prev.as_ref().map(Stored::identity);
+        self.index(&loc, old.as_ref(), Some(&Identity::of(&obj)));
         self.after_change();
-        Arc::new(obj)
+        (obj, Some(stored))
     }
 
     /// Removes an object; the DELETED event carries the deletion's resourceVersion. When the
     /// sink refuses the event, the object stays (see `take_failure`).
     pub fn remove(&mut self, key: &StorageKey, ok: &ObjKey) -> Option<Arc<Value>> {
-        let old = self.objects.get(key)?.get(ok)?.clone();
+        let objects = self.objects.get(key)?;
+        let (shared, old) = objects
+            .map
+            .get_key_value(ObjName::lookup(&ok.0, &ok.1).as_slice())?;
+        let loc = (objects.key.clone(), shared.clone());
+        let old = old.clone();
         let mut last = old.value();
         last["metadata"]["resourceVersion"] = Value::String((self.rv + 1).to_string());
         if !self.record(
             EventType::Deleted,
-            key.clone(),
-            ok.clone(),
+            loc.clone(),
             Stored::encode(&last),
             Some(old.clone()),
         ) {
             return Some(Arc::new(last));
         }
-        if let Some(map) = self.objects.get_mut(key) {
-            map.remove(ok);
+        if let Some(objects) = self.objects.get_mut(key) {
+            objects.map.remove(&loc.1);
         }
-        self.index(key, ok, Some(&old.value()), None);
+        self.index(&loc, Some(&Identity::of(&last)), None);
         self.after_change();
         Some(Arc::new(last))
     }
@@ -373,13 +402,13 @@ impl Store {
     /// The objects of a resource as they were at resourceVersion `rv`, in key order: the current
     /// state with every change after `rv` undone from the event history (the state before a
     /// key's first later event is that event's `prev`, or nothing for an ADDED). `Err(oldest)`
-    /// when the history no longer reaches back to `rv`.
+    /// when the history no longer reaches back to `rv`. Keys and objects are shared, not copied.
     pub fn list_at(
         &self,
         key: &StorageKey,
         namespace: Option<&str>,
         rv: u64,
-    ) -> Result<Vec<(ObjKey, Stored)>, u64> {
+    ) -> Result<Vec<(ObjName, Stored)>, u64> {
         if rv >= self.rv {
             return Ok(self
                 .list(key, namespace)
@@ -390,21 +419,21 @@ impl Store {
             return Err(self.history_floor + 1);
         }
         let start = self.history.partition_point(|e| e.rv <= rv);
-        let mut then: HashMap<&ObjKey, Option<&Stored>> = HashMap::new();
-        for ev in self.history.range(start..).filter(|e| e.key == *key) {
+        let mut then: HashMap<&ObjName, Option<&Stored>> = HashMap::new();
+        for ev in self.history.range(start..).filter(|e| *e.key == *key) {
             then.entry(&ev.object_key).or_insert(match ev.type_ {
                 EventType::Added => None,
                 EventType::Modified | EventType::Deleted => ev.prev.as_ref(),
             });
         }
-        let mut at: BTreeMap<ObjKey, Stored> = self
+        let mut at: BTreeMap<ObjName, Stored> = self
             .list(key, namespace)
             .filter(|(k, _)| !then.contains_key(k))
             .map(|(k, s)| (k.clone(), s.clone()))
             .collect();
         for (k, s) in then {
             if let Some(s) = s
-                && namespace.is_none_or(|ns| k.0 == ns)
+                && namespace.is_none_or(|ns| k.namespace() == ns)
             {
                 at.insert(k.clone(), s.clone());
             }
