@@ -292,7 +292,6 @@ fn sidecars_only(sidecars: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kernel_sidecars_work_under_the_charts_credentials_and_not_as_non_root() {
-    let test = "kernel_sidecars_work_under_the_charts_credentials_and_not_as_non_root";
     if !require(
         "root, to create network namespaces",
         capstan_testkit::root(),

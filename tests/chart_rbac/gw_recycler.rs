@@ -350,7 +350,7 @@ async fn gw_recycler_runs_on_exactly_the_chart_and_hub_rbac() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gw_recycler_rebalances_on_the_charts_node_grants() {
-    if !helm::available("gw_recycler_rebalances_on_the_charts_node_grants").await {
+    if !helm::available().await {
         return;
     }
     let (hub, hub_grants) = hub(true).await;

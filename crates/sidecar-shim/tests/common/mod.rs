@@ -76,6 +76,8 @@ pub fn set(items: &[&str]) -> BTreeSet<String> {
 /// One `#[tokio::test]` per scenario and backend: `memory::<scenario>` on the suite's
 /// `memory_harness()`, `kernel::<scenario>` on its `kernel_harness()` (which returns `None`, a
 /// loud skip, where namespaces cannot be made). Each scenario is `async fn(&mut Harness)`.
+// Only the two suites invoke it; the other test binaries that share this module do not.
+#[allow(unused_macros)]
 macro_rules! both_backends {
     ($($scenario:ident),* $(,)?) => {
         mod memory {
@@ -100,6 +102,5 @@ macro_rules! both_backends {
         }
     };
 }
-// Only the two suites invoke it.
 #[allow(unused_imports)]
 pub(crate) use both_backends;
