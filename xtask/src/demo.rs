@@ -30,6 +30,11 @@ pub struct Args {
     /// Check that everything comes up and converges, stop it all, and exit (tests/demo.rs's use).
     #[arg(long)]
     smoke: bool,
+    /// More `IMAGE=DIR` for worker A's kube-sim (repeatable): containers of IMAGE run
+    /// `DIR/<command>` on this host, e.g. `busybox=/bin` for `kubectl run --image=busybox -- sh -c ..`.
+    /// Off by default: it lets anyone who reaches kube-sim run those programs.
+    #[arg(long = "exec-images", value_name = "IMAGE=DIR")]
+    exec_images: Vec<String>,
 }
 
 /// The binaries the demo runs against kube-sim, with their own flags.
@@ -83,23 +88,22 @@ async fn run_async(args: &Args) -> Result<()> {
     let kubeconfig_arg = kubeconfig.to_string_lossy().into_owned();
     // Worker A of the slice part: the pods of Capstan's image run the built sidecars.
     let [exec_flag, exec_image] = crate::demo_slice::exec_images_args(&bin_dir);
-    let mut sim = spawn(
-        &bin_dir,
-        &dir,
-        "kube-sim",
-        &[
-            "serve",
-            "--addr",
-            &args.addr,
-            "--kubeconfig-out",
-            &kubeconfig_arg,
-            "--simulate-workloads",
-            "--pod-cidr",
-            crate::demo_slice::WORKER_A_POD_CIDR,
-            &exec_flag,
-            &exec_image,
-        ],
-    )?;
+    let mut sim_args = vec![
+        "serve",
+        "--addr",
+        &args.addr,
+        "--kubeconfig-out",
+        &kubeconfig_arg,
+        "--simulate-workloads",
+        "--pod-cidr",
+        crate::demo_slice::WORKER_A_POD_CIDR,
+        &exec_flag,
+        &exec_image,
+    ];
+    for image in &args.exec_images {
+        sim_args.extend(["--exec-images", image]);
+    }
+    let mut sim = spawn(&bin_dir, &dir, "kube-sim", &sim_args)?;
     let result = async {
         let client = wait_for_kubeconfig(&kubeconfig, &mut sim).await?;
         capstan_testkit::install_capstan_crds(&client).await?;
@@ -364,6 +368,15 @@ fn print_guide(
     );
     println!(
         "  kubectl label node worker-c xxx=yyy                                  # worker-c moves to 40%"
+    );
+    println!(
+        "  kubectl create deployment web --image=nginx   # pods are simulated: Running on a Node, no process"
+    );
+    println!(
+        "  # containers run for real only for images given to kube-sim's --exec-images (here Capstan's);"
+    );
+    println!(
+        "  # `cargo xtask demo --exec-images busybox=/bin` makes `kubectl run hi --image=busybox --restart=Never -- sh -c 'echo hi'` run sh here"
     );
     println!("\nNodeSLOs (cpuSuppressThresholdPercent from the node strategies):");
     for (name, percent) in table {

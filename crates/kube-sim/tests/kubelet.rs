@@ -256,6 +256,29 @@ async fn a_pod_that_exits_under_restart_policy_never_succeeds_or_fails() {
     sim.shutdown().await;
 }
 
+#[tokio::test]
+async fn a_command_cannot_climb_out_of_its_image_directory() {
+    let sim = start("127.11.9.0/24").await;
+    // The host's /bin/sh, reached from the image directory by `..`: it must not run.
+    let ups = testpod_dir().components().count();
+    let escape = format!("{}bin/sh", "../".repeat(ups));
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "escape", "namespace": "default"},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "app", "image": IMAGE,
+            "command": [escape, "-c", "echo escaped"]}]}});
+    create(&sim, &pod.to_string()).await;
+    let p = wait_pod(&sim, "escape", "Failed", |p| p["status"]["phase"] == "Failed").await;
+    let terminated = &p["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(terminated["reason"], "StartError", "{terminated}");
+    let message = terminated["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&testpod_dir().join("bin/sh").display().to_string()),
+        "the start error names the path inside the image directory: {message}"
+    );
+    let (_, log) = logs(&sim, "escape", "").await;
+    assert!(!log.contains("escaped"), "a host program ran: {log}");
+    sim.shutdown().await;
+}
+
 struct Kubectl {
     dir: tempfile::TempDir,
 }

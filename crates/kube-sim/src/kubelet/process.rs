@@ -99,7 +99,7 @@ impl ContainerRun {
         let base = dir.clone().unwrap_or_default();
         let (program, args) = match command.split_first() {
             Some((first, rest)) => (
-                base.join(first.trim_start_matches('/')),
+                in_image(&base, first),
                 rest.iter().cloned().chain(args).collect(),
             ),
             None => {
@@ -110,7 +110,7 @@ impl ContainerRun {
                 let entrypoint = base.join(entry);
                 match args.split_first() {
                     Some((first, rest)) if !entrypoint.is_file() => {
-                        (base.join(first.trim_start_matches('/')), rest.to_vec())
+                        (in_image(&base, first), rest.to_vec())
                     }
                     _ => (entrypoint, args),
                 }
@@ -532,6 +532,24 @@ impl PodRun {
     }
 }
 
+/// `command[0]` inside the image's directory, resolved as in a container's root filesystem: an
+/// absolute path is relative to it (`/bin/sh` is `DIR/bin/sh`) and `..` stops at its root, so a
+/// pod runs only what `--exec-images` put in reach, never another host program.
+fn in_image(base: &Path, command: &str) -> PathBuf {
+    use std::path::Component;
+    let mut inside = PathBuf::new();
+    for part in Path::new(command).components() {
+        match part {
+            Component::Normal(name) => inside.push(name),
+            Component::ParentDir => {
+                inside.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    base.join(inside)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -548,5 +566,18 @@ mod tests {
         assert_eq!(go_duration(Duration::from_secs(10)), "10s");
         assert_eq!(go_duration(Duration::from_secs(160)), "2m40s");
         assert_eq!(go_duration(Duration::from_secs(300)), "5m0s");
+    }
+
+    #[test]
+    fn a_command_resolves_inside_the_image_directory_and_cannot_climb_out() {
+        let dir = Path::new("/opt/images/capstan");
+        let inside = |command| in_image(dir, command);
+        assert_eq!(inside("gw-sidecar"), dir.join("gw-sidecar"));
+        assert_eq!(inside("/bin/sh"), dir.join("bin/sh"));
+        assert_eq!(inside("./tools/../gw-sidecar"), dir.join("gw-sidecar"));
+        // As in a container's root filesystem, `..` stops at the top.
+        assert_eq!(inside("../../../bin/sh"), dir.join("bin/sh"));
+        assert_eq!(inside("/../../etc/../bin/sh"), dir.join("bin/sh"));
+        assert!(inside("../../../../usr/bin/id").starts_with(dir));
     }
 }
