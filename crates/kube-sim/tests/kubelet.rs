@@ -266,7 +266,10 @@ async fn a_command_cannot_climb_out_of_its_image_directory() {
         "spec": {"restartPolicy": "Never", "containers": [{"name": "app", "image": IMAGE,
             "command": [escape, "-c", "echo escaped"]}]}});
     create(&sim, &pod.to_string()).await;
-    let p = wait_pod(&sim, "escape", "Failed", |p| p["status"]["phase"] == "Failed").await;
+    let p = wait_pod(&sim, "escape", "Failed", |p| {
+        p["status"]["phase"] == "Failed"
+    })
+    .await;
     let terminated = &p["status"]["containerStatuses"][0]["state"]["terminated"];
     assert_eq!(terminated["reason"], "StartError", "{terminated}");
     let message = terminated["message"].as_str().unwrap_or_default();

@@ -1,6 +1,6 @@
 //! The controller-manager behaviours clients rely on, through the Python client and kubectl:
 //! DaemonSets (a pod per eligible Node, rolling update, `kubectl drain --ignore-daemonsets`),
-//! Jobs that run to completion (simulated, and `sh` through `--exec-images`), ReplicationControllers
+//! Jobs that run to completion (simulated, and `sh` through `--exec-images`; Indexed), ReplicationControllers
 //! that keep their pods.
 //! kubectl and Python are called unconditionally.
 
@@ -219,6 +219,75 @@ spec:
         .map(|p| &p["status"]["phase"])
         .collect();
     assert_eq!(phases, ["Failed", "Failed"], "{pods:#}");
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_indexed_job_runs_each_index_once_with_its_completion_index() {
+    let sim = start("127.12.7.0/24").await;
+    let k = Kubectl::new(&sim);
+    // Index 1 fails on its first try (a marker file stands for the retry), so the Job must run
+    // that index again and still count each index once.
+    let marker = tempfile::tempdir().expect("tempdir");
+    let manifest = k.file(
+        "indexed.yaml",
+        &format!(
+            r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: shards, namespace: default}}
+spec:
+  completionMode: Indexed
+  completions: 3
+  parallelism: 2
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: w
+        image: shell
+        command: [sh, -c, 'if [ "$JOB_COMPLETION_INDEX" = 1 ] && [ ! -e {dir}/tried ]; then touch {dir}/tried; exit 1; fi; echo "shard $JOB_COMPLETION_INDEX on $HOSTNAME"']
+"#,
+            dir = marker.path().display()
+        ),
+    );
+    k.ok(&["apply", "-f", &manifest]).await;
+    k.ok(&[
+        "wait",
+        "--for=condition=complete",
+        "job/shards",
+        "--timeout=60s",
+    ])
+    .await;
+    let job = k.json(&["get", "job", "shards"]).await;
+    assert_eq!(job["status"]["completedIndexes"], "0-2", "{job:#}");
+    assert_eq!(job["status"]["succeeded"], 3, "{job:#}");
+    assert_eq!(job["status"]["failed"], 1, "{job:#}");
+
+    let pods = items(&k.json(&["get", "pods", "-l", "job-name=shards"]).await);
+    let mut succeeded: Vec<(String, String)> = Vec::new();
+    for pod in &pods {
+        let name = pod["metadata"]["name"].as_str().expect("name");
+        let index = pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+            .as_str()
+            .expect("every pod of an Indexed Job carries its index");
+        assert_eq!(
+            pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"], index,
+            "{pod:#}"
+        );
+        assert!(name.starts_with(&format!("shards-{index}-")), "{name}");
+        assert_eq!(pod["spec"]["hostname"], format!("shards-{index}"));
+        if pod["status"]["phase"] == "Succeeded" {
+            succeeded.push((index.to_owned(), k.ok(&["logs", name]).await));
+        }
+    }
+    succeeded.sort();
+    assert_eq!(
+        succeeded,
+        (0..3)
+            .map(|i| (i.to_string(), format!("shard {i} on shards-{i}\n")))
+            .collect::<Vec<_>>()
+    );
     sim.shutdown().await;
 }
 

@@ -54,7 +54,23 @@ fn field_value(pod: &Value, pod_ip: &str, path: &str) -> Option<String> {
         "spec.nodeName" => pod["spec"]["nodeName"].as_str().map(String::from),
         "spec.serviceAccountName" => pod["spec"]["serviceAccountName"].as_str().map(String::from),
         "status.hostIP" => pod["status"]["hostIP"].as_str().map(String::from),
-        _ => None,
+        _ => {
+            // `metadata.annotations['KEY']` and `metadata.labels['KEY']` (an Indexed Job's
+            // JOB_COMPLETION_INDEX reads its annotation this way).
+            let (map, rest) = path
+                .strip_prefix("metadata.annotations[")
+                .map(|rest| ("annotations", rest))
+                .or_else(|| path.strip_prefix("metadata.labels[").map(|r| ("labels", r)))?;
+            let key = rest
+                .strip_suffix(']')?
+                .trim_matches(|c| c == '\'' || c == '"');
+            Some(
+                pod["metadata"][map][key]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        }
     }
 }
 
@@ -121,12 +137,16 @@ mod tests {
 
     #[test]
     fn env_resolves_field_refs_and_earlier_variables() {
-        let pod = json!({"metadata": {"name": "p", "namespace": "ns"}, "spec": {"nodeName": "n1"}});
+        let pod = json!({"metadata": {"name": "p", "namespace": "ns", "labels": {"team": "net"},
+            "annotations": {"batch.kubernetes.io/job-completion-index": "2"}},
+            "spec": {"nodeName": "n1"}});
         let c = json!({"env": [
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
             {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "INDEX", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
+            {"name": "TEAM", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['team']"}}},
             {"name": "ADDR", "value": "$(POD_IP):5000"},
             {"name": "LATER", "value": "$(UNSET)"}],
             "command": ["server"], "args": ["--listen", "$(ADDR)", "$$(ADDR)"]});
@@ -136,6 +156,8 @@ mod tests {
         assert_eq!(get("NAME"), Some("p"));
         assert_eq!(get("NS"), Some("ns"));
         assert_eq!(get("NODE"), Some("n1"));
+        assert_eq!(get("INDEX"), Some("2"));
+        assert_eq!(get("TEAM"), Some("net"));
         assert_eq!(get("ADDR"), Some("127.10.0.3:5000"));
         assert_eq!(get("LATER"), Some("$(UNSET)"));
         let (cmd, args) = command_line(&c, &env);

@@ -87,8 +87,14 @@ impl ContainerRun {
                 std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
             ),
             (
+                // kubelet's: `spec.hostname` when set (an Indexed Job's `<job>-<index>`), else
+                // the pod's name.
                 "HOSTNAME".to_string(),
-                pod["metadata"]["name"].as_str().unwrap_or_default().into(),
+                pod["spec"]["hostname"]
+                    .as_str()
+                    .or(pod["metadata"]["name"].as_str())
+                    .unwrap_or_default()
+                    .into(),
             ),
         ];
         let own = container_env(pod, c, pod_ip);

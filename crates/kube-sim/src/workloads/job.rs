@@ -1,8 +1,10 @@
 //! The Job controller: up to `parallelism` Pods at a time until `completions` have Succeeded
 //! (then the SuccessCriteriaMet and Complete conditions and `completionTime`, as 1.33 writes
 //! them), or more than `backoffLimit` have Failed (FailureTarget, the active pods deleted, then
-//! Failed). Pods that really run (`--exec-images`) succeed or fail by their exit code; simulated
-//! ones succeed one pass after they run (see `pod`).
+//! Failed). With `completionMode: Indexed` each pod carries its completion index (annotation,
+//! label, `JOB_COMPLETION_INDEX`, hostname `<job>-<index>`) and the Job completes when every index
+//! has succeeded once (`status.completedIndexes`). Pods that really run (`--exec-images`) succeed
+//! or fail by their exit code; simulated ones succeed one pass after they run (see `pod`).
 
 use super::{
     PassReport, WorkloadError, all, controller_uid, deleting, name, namespace, opts, pod_ready,
@@ -12,9 +14,12 @@ use crate::cluster::{Cluster, DeleteOptions, Sub};
 use crate::registry::ResourceInfo;
 use crate::util;
 use serde_json::{Value, json};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 const MANAGER: &str = "kube-controller-manager";
+/// Where an Indexed Job's pod carries its index (annotation and label, as 1.33 sets both).
+const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 const COMPLETIONS_REACHED: (&str, &str) = (
     "CompletionsReached",
     "Reached expected number of succeeded pods",
@@ -71,7 +76,6 @@ pub(super) fn sync(
             .filter(|p| controller_uid(p) == Some(uid(&job)))
             .collect();
         let count = |want: &str| owned.iter().filter(|p| phase(p) == want).count() as i64;
-        let (succeeded, failed) = (count("Succeeded"), count("Failed"));
         let active: Vec<&&Arc<Value>> = owned
             .iter()
             .filter(|p| !deleting(p) && !matches!(phase(p), "Succeeded" | "Failed"))
@@ -79,6 +83,20 @@ pub(super) fn sync(
         let terminating = owned.iter().filter(|p| deleting(p)).count() as i64;
         let spec = &job["spec"];
         let completions = spec["completions"].as_i64().unwrap_or(1).max(0);
+        let indexed = spec["completionMode"] == "Indexed";
+        // Indexed: an index counts once, however many of its pods succeeded.
+        let succeeded_indexes: BTreeSet<i64> = owned
+            .iter()
+            .filter(|p| phase(p) == "Succeeded")
+            .filter_map(|p| completion_index(p))
+            .filter(|i| (0..completions).contains(i))
+            .collect();
+        let succeeded = if indexed {
+            succeeded_indexes.len() as i64
+        } else {
+            count("Succeeded")
+        };
+        let failed = count("Failed");
         let parallelism = spec["parallelism"].as_i64().unwrap_or(1).max(0);
         let backoff_limit = spec["backoffLimit"].as_i64().unwrap_or(6).max(0);
         let suspended = spec["suspend"] == json!(true);
@@ -120,18 +138,26 @@ pub(super) fn sync(
             }
         } else if !suspended {
             let want = parallelism.min(completions - succeeded);
+            // Indexed: the lowest indexes neither succeeded nor running, as upstream picks them.
+            let running: BTreeSet<i64> =
+                active.iter().filter_map(|p| completion_index(p)).collect();
+            let mut pending =
+                (0..completions).filter(|i| !succeeded_indexes.contains(i) && !running.contains(i));
             while active_now < want {
+                let mut pod = super::replicaset::desired_pod_of(&job, "batch/v1", "Job");
+                if indexed {
+                    let Some(index) = pending.next() else { break };
+                    with_completion_index(&mut pod, name(&job), index);
+                }
                 cluster
-                    .create(
-                        pods_info,
-                        namespace(&job),
-                        super::replicaset::desired_pod_of(&job, "batch/v1", "Job"),
-                        &opts(MANAGER),
-                    )
+                    .create(pods_info, namespace(&job), pod, &opts(MANAGER))
                     .map_err(|e| write_err("a Job Pod", &e))?;
                 report.writes += 1;
                 active_now += 1;
             }
+        }
+        if indexed && !succeeded_indexes.is_empty() {
+            status["completedIndexes"] = json!(index_ranges(&succeeded_indexes));
         }
         if status["startTime"].is_null() && !suspended {
             status["startTime"] = json!(now);
@@ -178,6 +204,67 @@ pub(super) fn sync(
     Ok(())
 }
 
+/// An Indexed Job pod's completion index (its annotation).
+fn completion_index(pod: &Value) -> Option<i64> {
+    pod["metadata"]["annotations"][COMPLETION_INDEX]
+        .as_str()?
+        .parse()
+        .ok()
+}
+
+/// Makes `pod` the pod of `index` of Indexed Job `job`, as the Job controller does: name prefix
+/// and hostname `<job>-<index>`, the index as annotation and label, and `JOB_COMPLETION_INDEX`
+/// (read from the annotation) in every container that does not set it.
+fn with_completion_index(pod: &mut Value, job: &str, index: i64) {
+    let metadata = &mut pod["metadata"];
+    metadata["generateName"] = json!(format!("{job}-{index}-"));
+    for map in ["annotations", "labels"] {
+        if !metadata[map].is_object() {
+            metadata[map] = json!({});
+        }
+        metadata[map][COMPLETION_INDEX] = json!(index.to_string());
+    }
+    let spec = &mut pod["spec"];
+    if spec["hostname"].is_null() {
+        spec["hostname"] = json!(format!("{job}-{index}"));
+    }
+    let env_var = json!({"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef":
+        {"fieldPath": format!("metadata.annotations['{COMPLETION_INDEX}']")}}});
+    for list in ["initContainers", "containers"] {
+        for container in spec[list].as_array_mut().into_iter().flatten() {
+            if !container["env"].is_array() {
+                container["env"] = json!([]);
+            }
+            let env = container["env"].as_array_mut().expect("set above");
+            if !env.iter().any(|e| e["name"] == "JOB_COMPLETION_INDEX") {
+                env.push(env_var.clone());
+            }
+        }
+    }
+}
+
+/// `status.completedIndexes`: sorted indexes as intervals, "0-2,5,7-8".
+fn index_ranges(indexes: &BTreeSet<i64>) -> String {
+    let mut ranges: Vec<(i64, i64)> = Vec::new();
+    for &i in indexes {
+        match ranges.last_mut() {
+            Some((_, end)) if *end + 1 == i => *end = i,
+            _ => ranges.push((i, i)),
+        }
+    }
+    ranges
+        .iter()
+        .map(|&(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// The status of a simulated Job pod that ran to completion (exit code 0).
 pub(super) fn succeeded_status(pod: &Value) -> Value {
     let mut status = pod["status"].clone();
@@ -202,4 +289,38 @@ pub(super) fn succeeded_status(pod: &Value) -> Value {
         }
     }
     status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completed_indexes_are_written_as_intervals() {
+        let set = |v: &[i64]| v.iter().copied().collect::<BTreeSet<i64>>();
+        assert_eq!(index_ranges(&set(&[0, 1, 2, 5, 7, 8])), "0-2,5,7-8");
+        assert_eq!(index_ranges(&set(&[3])), "3");
+        assert_eq!(index_ranges(&set(&[])), "");
+    }
+
+    #[test]
+    fn an_indexed_pod_carries_its_index_everywhere_upstream_puts_it() {
+        let mut pod = json!({"metadata": {"generateName": "work-"}, "spec": {"containers": [
+            {"name": "a"}, {"name": "b", "env": [{"name": "JOB_COMPLETION_INDEX", "value": "mine"}]}]}});
+        with_completion_index(&mut pod, "work", 4);
+        assert_eq!(pod["metadata"]["generateName"], "work-4-");
+        assert_eq!(pod["metadata"]["annotations"][COMPLETION_INDEX], "4");
+        assert_eq!(pod["metadata"]["labels"][COMPLETION_INDEX], "4");
+        assert_eq!(pod["spec"]["hostname"], "work-4");
+        assert_eq!(
+            pod["spec"]["containers"][0]["env"][0]["valueFrom"]["fieldRef"]["fieldPath"],
+            "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+        );
+        // A container that sets the variable itself keeps its own.
+        assert_eq!(
+            pod["spec"]["containers"][1]["env"].as_array().map(Vec::len),
+            Some(1)
+        );
+        assert_eq!(completion_index(&pod), Some(4));
+    }
 }
