@@ -1,6 +1,6 @@
 //! The controller-manager behaviours clients rely on, through the Python client and kubectl:
 //! DaemonSets (a pod per eligible Node, rolling update, `kubectl drain --ignore-daemonsets`),
-//! Jobs that run to completion (simulated, and `sh` through `--exec-images`; Indexed), ReplicationControllers
+//! Jobs that run to completion (simulated, and `sh` through `--exec-images`; Indexed; a pod failure policy), ReplicationControllers
 //! that keep their pods.
 //! kubectl and Python are called unconditionally.
 
@@ -287,6 +287,67 @@ spec:
         (0..3)
             .map(|i| (i.to_string(), format!("shard {i} on shards-{i}\n")))
             .collect::<Vec<_>>()
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_failure_policy_ignores_one_exit_code_and_fails_the_job_on_another() {
+    let sim = start("127.12.8.0/24").await;
+    let k = Kubectl::new(&sim);
+    // First try exits 42 (ignored: not counted, even with backoffLimit 0), the retry exits 3.
+    let marker = tempfile::tempdir().expect("tempdir");
+    let manifest = k.file(
+        "policy.yaml",
+        &format!(
+            r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: policy, namespace: default}}
+spec:
+  backoffLimit: 0
+  podFailurePolicy:
+    rules:
+    - {{action: Ignore, onExitCodes: {{operator: In, values: [42]}}}}
+    - {{action: FailJob, onExitCodes: {{containerName: main, operator: In, values: [3]}}}}
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: shell
+        command: [sh, -c, 'if [ ! -e {dir}/tried ]; then touch {dir}/tried; exit 42; fi; exit 3']
+"#,
+            dir = marker.path().display()
+        ),
+    );
+    k.ok(&["apply", "-f", &manifest]).await;
+    k.ok(&[
+        "wait",
+        "--for=condition=failed",
+        "job/policy",
+        "--timeout=60s",
+    ])
+    .await;
+    let job = k.json(&["get", "job", "policy"]).await;
+    assert_eq!(
+        job["status"]["failed"], 1,
+        "the ignored pod is not counted: {job:#}"
+    );
+    let pods = items(&k.json(&["get", "pods", "-l", "job-name=policy"]).await);
+    assert_eq!(pods.len(), 2, "the ignored pod was replaced once");
+    let last = pods
+        .iter()
+        .find(|p| p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3)
+        .expect("the pod that exited 3");
+    let failed = condition(&job, "Failed").expect("Failed condition");
+    assert_eq!(failed["reason"], "PodFailurePolicy");
+    assert_eq!(
+        failed["message"],
+        format!(
+            "Container main for pod default/{} failed with exit code 3 matching FailJob rule at index 1",
+            last["metadata"]["name"].as_str().expect("name")
+        )
     );
     sim.shutdown().await;
 }

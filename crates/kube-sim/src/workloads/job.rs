@@ -5,6 +5,7 @@
 //! label, `JOB_COMPLETION_INDEX`, hostname `<job>-<index>`) and the Job completes when every index
 //! has succeeded once (`status.completedIndexes`). Pods that really run (`--exec-images`) succeed
 //! or fail by their exit code; simulated ones succeed one pass after they run (see `pod`).
+//! `podFailurePolicy` rules decide whether a failed pod counts, is ignored, or fails the Job.
 
 use super::{
     PassReport, WorkloadError, all, controller_uid, deleting, name, namespace, opts, pod_ready,
@@ -96,7 +97,20 @@ pub(super) fn sync(
         } else {
             count("Succeeded")
         };
-        let failed = count("Failed");
+        // `podFailurePolicy`: the first rule a failed pod matches decides whether it counts
+        // towards `backoffLimit` (Count), not at all (Ignore), or fails the Job (FailJob).
+        let mut failed = 0;
+        let mut fail_job: Option<String> = None;
+        for pod in owned.iter().filter(|p| phase(p) == "Failed") {
+            match failure_policy_verdict(&job["spec"]["podFailurePolicy"], pod) {
+                Verdict::Count => failed += 1,
+                Verdict::Ignore => {}
+                Verdict::FailJob(message) => {
+                    failed += 1;
+                    fail_job.get_or_insert(message);
+                }
+            }
+        }
         let parallelism = spec["parallelism"].as_i64().unwrap_or(1).max(0);
         let backoff_limit = spec["backoffLimit"].as_i64().unwrap_or(6).max(0);
         let suspended = spec["suspend"] == json!(true);
@@ -112,8 +126,16 @@ pub(super) fn sync(
                 .any(|c| c["type"] == kind && c["status"] == "True")
         };
         let mut active_now = active.len() as i64;
-        if failed > backoff_limit && !has(&conditions, "FailureTarget") {
-            conditions.push(condition("FailureTarget", BACKOFF_LIMIT_EXCEEDED, &now));
+        if !has(&conditions, "FailureTarget") {
+            if let Some(message) = &fail_job {
+                conditions.push(condition(
+                    "FailureTarget",
+                    (POD_FAILURE_POLICY, message),
+                    &now,
+                ));
+            } else if failed > backoff_limit {
+                conditions.push(condition("FailureTarget", BACKOFF_LIMIT_EXCEEDED, &now));
+            }
         }
         if succeeded >= completions && !has(&conditions, "SuccessCriteriaMet") {
             conditions.push(condition("SuccessCriteriaMet", COMPLETIONS_REACHED, &now));
@@ -129,8 +151,16 @@ pub(super) fn sync(
             }
             active_now = 0;
             if terminating == 0 {
-                if has(&conditions, "FailureTarget") {
-                    conditions.push(condition("Failed", BACKOFF_LIMIT_EXCEEDED, &now));
+                if let Some(target) = conditions
+                    .iter()
+                    .find(|c| c["type"] == "FailureTarget" && c["status"] == "True")
+                {
+                    // Failed carries the reason and message its FailureTarget gave.
+                    let why = (
+                        target["reason"].as_str().unwrap_or_default().to_owned(),
+                        target["message"].as_str().unwrap_or_default().to_owned(),
+                    );
+                    conditions.push(condition("Failed", (&why.0, &why.1), &now));
                 } else {
                     conditions.push(condition("Complete", COMPLETIONS_REACHED, &now));
                     status["completionTime"] = json!(now);
@@ -202,6 +232,89 @@ pub(super) fn sync(
         }
     }
     Ok(())
+}
+
+/// The reason of a Job failed by a `podFailurePolicy` FailJob rule.
+const POD_FAILURE_POLICY: &str = "PodFailurePolicy";
+
+/// What a failed pod means for its Job under `podFailurePolicy`.
+#[derive(Debug, PartialEq)]
+enum Verdict {
+    Count,
+    Ignore,
+    /// The message upstream writes on the FailureTarget and Failed conditions.
+    FailJob(String),
+}
+
+/// The first `podFailurePolicy` rule `pod` matches (upstream's `matchPodFailurePolicy`): by a
+/// non-zero exit code of an init or app container (`onExitCodes`, `In`/`NotIn`, optionally one
+/// container), or by a pod condition (`onPodConditions`). No rule matched: Count.
+fn failure_policy_verdict(policy: &Value, pod: &Value) -> Verdict {
+    let ns_name = format!("{}/{}", namespace(pod), name(pod));
+    for (index, rule) in policy["rules"].as_array().into_iter().flatten().enumerate() {
+        let action = rule["action"].as_str().unwrap_or_default();
+        let matched = if rule["onExitCodes"].is_object() {
+            matching_exit(pod, &rule["onExitCodes"]).map(|(container, code)| {
+                format!(
+                    "Container {container} for pod {ns_name} failed with exit code {code} \
+                     matching {action} rule at index {index}"
+                )
+            })
+        } else {
+            matching_condition(pod, &rule["onPodConditions"]).map(|kind| {
+                format!(
+                    "Pod {ns_name} has condition {kind} matching {action} rule at index {index}"
+                )
+            })
+        };
+        let Some(message) = matched else { continue };
+        return match action {
+            "Ignore" => Verdict::Ignore,
+            "FailJob" => Verdict::FailJob(message),
+            // Count, and FailIndex (no per-index backoff limit here) count as a failure.
+            _ => Verdict::Count,
+        };
+    }
+    Verdict::Count
+}
+
+/// The first terminated container (init containers first) with a non-zero exit code the
+/// requirement matches: (its name, the code).
+fn matching_exit(pod: &Value, requirement: &Value) -> Option<(String, i64)> {
+    let values: Vec<i64> = requirement["values"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_i64)
+        .collect();
+    let only = requirement["containerName"].as_str();
+    ["initContainerStatuses", "containerStatuses"]
+        .iter()
+        .flat_map(|list| pod["status"][list].as_array().into_iter().flatten())
+        .filter(|c| only.is_none_or(|n| c["name"] == n))
+        .find_map(|c| {
+            let code = c["state"]["terminated"]["exitCode"].as_i64()?;
+            let listed = values.contains(&code);
+            let hit = match requirement["operator"].as_str() {
+                Some("In") => listed,
+                Some("NotIn") => !listed,
+                _ => false,
+            };
+            (code != 0 && hit).then(|| (c["name"].as_str().unwrap_or_default().to_owned(), code))
+        })
+}
+
+/// The first of `patterns` (`type`, `status`, default "True") the pod's conditions match.
+fn matching_condition(pod: &Value, patterns: &Value) -> Option<String> {
+    let conditions = pod["status"]["conditions"].as_array()?;
+    patterns.as_array()?.iter().find_map(|p| {
+        let kind = p["type"].as_str()?;
+        let status = p["status"].as_str().unwrap_or("True");
+        conditions
+            .iter()
+            .any(|c| c["type"] == kind && c["status"] == status)
+            .then(|| kind.to_owned())
+    })
 }
 
 /// An Indexed Job pod's completion index (its annotation).
@@ -294,6 +407,45 @@ pub(super) fn succeeded_status(pod: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pod_failure_policy_takes_the_first_matching_rule_as_upstream() {
+        let policy = json!({"rules": [
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+            {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [3]}},
+            {"action": "Ignore", "onExitCodes": {"operator": "NotIn", "values": [1, 3]}}]});
+        let pod = |code: i64, conditions: Value| {
+            json!({"metadata": {"name": "p", "namespace": "ns"}, "status": {"phase": "Failed",
+                "conditions": conditions,
+                "containerStatuses": [
+                    {"name": "side", "state": {"terminated": {"exitCode": 0}}},
+                    {"name": "main", "state": {"terminated": {"exitCode": code}}}]}})
+        };
+        assert_eq!(
+            failure_policy_verdict(&policy, &pod(3, json!([]))),
+            Verdict::FailJob(
+                "Container main for pod ns/p failed with exit code 3 matching FailJob rule at index 1"
+                    .into()
+            )
+        );
+        assert_eq!(
+            failure_policy_verdict(&policy, &pod(1, json!([]))),
+            Verdict::Count
+        );
+        assert_eq!(
+            failure_policy_verdict(&policy, &pod(42, json!([]))),
+            Verdict::Ignore
+        );
+        let disrupted = json!([{"type": "DisruptionTarget", "status": "True"}]);
+        assert_eq!(
+            failure_policy_verdict(&policy, &pod(3, disrupted)),
+            Verdict::Ignore
+        );
+        assert_eq!(
+            failure_policy_verdict(&Value::Null, &pod(3, json!([]))),
+            Verdict::Count
+        );
+    }
 
     #[test]
     fn completed_indexes_are_written_as_intervals() {
