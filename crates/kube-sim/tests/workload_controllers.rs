@@ -1,6 +1,6 @@
 //! The controller-manager behaviours clients rely on, through the Python client and kubectl:
 //! DaemonSets (a pod per eligible Node, rolling update, `kubectl drain --ignore-daemonsets`),
-//! Jobs that run to completion (simulated, and `sh` through `--exec-images`; Indexed; a pod failure policy), ReplicationControllers
+//! Jobs that run to completion (simulated, and `sh` through `--exec-images`; Indexed; a pod failure policy), CronJobs that start them, ReplicationControllers
 //! that keep their pods.
 //! kubectl and Python are called unconditionally.
 
@@ -349,6 +349,63 @@ spec:
             last["metadata"]["name"].as_str().expect("name")
         )
     );
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_cronjob_runs_a_job_at_the_next_minute() {
+    let sim = start("127.12.9.0/24").await;
+    let k = Kubectl::new(&sim);
+    k.ok(&[
+        "create",
+        "cronjob",
+        "tick",
+        "--image=shell",
+        "--schedule=* * * * *",
+        "--",
+        "sh",
+        "-c",
+        "echo tick",
+    ])
+    .await;
+    // The first run is at the next minute boundary: up to a minute away.
+    let mut jobs = Value::Null;
+    for _ in 0..90 {
+        jobs = k.json(&["get", "jobs"]).await;
+        if items(&jobs).iter().any(|j| j["status"]["succeeded"] == 1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let jobs = items(&jobs);
+    assert_eq!(jobs.len(), 1, "one run in a minute: {jobs:#?}");
+    let job = &jobs[0];
+    let owner = &job["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (owner["kind"].as_str(), owner["name"].as_str()),
+        (Some("CronJob"), Some("tick"))
+    );
+    let scheduled =
+        job["metadata"]["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"]
+            .as_str()
+            .expect("scheduled-timestamp annotation");
+    let minute = scheduled
+        .parse::<jiff::Timestamp>()
+        .expect("RFC 3339")
+        .as_second()
+        / 60;
+    assert_eq!(job["metadata"]["name"], format!("tick-{minute}"));
+    let name = job["metadata"]["name"].as_str().expect("name");
+    assert_eq!(k.ok(&["logs", &format!("job/{name}")]).await, "tick\n");
+    let cronjob = wait_json(&k, &["get", "cronjob", "tick"], "recording its run", |c| {
+        c["status"]["lastSuccessfulTime"].is_string()
+    })
+    .await;
+    assert_eq!(
+        cronjob["status"]["lastScheduleTime"], scheduled,
+        "{cronjob:#}"
+    );
+    assert!(cronjob["status"]["active"].is_null(), "{cronjob:#}");
     sim.shutdown().await;
 }
 

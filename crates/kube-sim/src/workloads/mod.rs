@@ -5,13 +5,15 @@
 //! `podIP` from the pool, default `127.10.0.0/16` so a process can bind it on loopback; phase
 //! Running and Ready conditions), `daemonset` (a Pod per eligible Node, rolling updates; `controller_revision` keeps its
 //! template history), `job` (Pods run to
-//! completion, counted against `completions` and `backoffLimit`), `node` (kubelet heartbeats: Nodes added with
+//! completion, counted against `completions` and `backoffLimit`), `cronjob` (a Job at each
+//! scheduled time), `node` (kubelet heartbeats: Nodes added with
 //! [`crate::KubeSim::add_node`], and with simulation on every other Node too, are Ready and
 //! heartbeat until switched NotReady).
 //!
 //! Each pass reads the whole state and writes only what differs, so a quiet cluster stays quiet.
 
 mod controller_revision;
+mod cronjob;
 mod daemonset;
 mod deployment;
 mod ippool;
@@ -128,6 +130,8 @@ fn pod_ready(pod: &Value) -> bool {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct PassReport {
     pub writes: usize,
+    /// When a CronJob's schedule next fires: the simulation wakes then, with no event to wait for.
+    pub wake_at: Option<jiff::Timestamp>,
 }
 
 pub(crate) struct Infos {
@@ -143,6 +147,7 @@ pub(crate) struct Infos {
     daemonsets: Option<ResourceInfo>,
     controllerrevisions: Option<ResourceInfo>,
     jobs: Option<ResourceInfo>,
+    cronjobs: Option<ResourceInfo>,
 }
 
 fn infos(cluster: &Cluster) -> Option<Infos> {
@@ -159,6 +164,7 @@ fn infos(cluster: &Cluster) -> Option<Infos> {
         daemonsets: r.lookup("apps", "v1", "daemonsets").cloned(),
         controllerrevisions: r.lookup("apps", "v1", "controllerrevisions").cloned(),
         jobs: r.lookup("batch", "v1", "jobs").cloned(),
+        cronjobs: r.lookup("batch", "v1", "cronjobs").cloned(),
     })
 }
 
@@ -216,6 +222,9 @@ pub fn reconcile(cluster: &mut Cluster, sim: &Simulation) -> Result<PassReport, 
         };
         daemonset::sync(cluster, &infos, &mut report)?;
     }
+    if let (Some(cronjobs), Some(jobs)) = (&i.cronjobs, &i.jobs) {
+        report.wake_at = cronjob::sync(cluster, cronjobs, jobs, &mut report)?;
+    }
     if let Some(jobs) = &i.jobs {
         job::sync(cluster, jobs, &i.pods, &mut report)?;
     }
@@ -234,7 +243,7 @@ fn relevant(key: &crate::registry::StorageKey) -> bool {
         (
             "apps",
             "deployments" | "replicasets" | "daemonsets" | "controllerrevisions"
-        ) | ("batch", "jobs")
+        ) | ("batch", "jobs" | "cronjobs")
             | (
                 "",
                 "pods" | "nodes" | "namespaces" | "replicationcontrollers"
@@ -253,6 +262,7 @@ pub fn spawn(shared: Arc<Shared>, sim: Simulation, simulate: bool) -> tokio::tas
         loop {
             // Everything up to this version has been reconciled.
             let mut settled_rv = 0;
+            let mut wake_at = None;
             if simulate {
                 // Passes until nothing changes; each pass's own writes wake the next one.
                 for _ in 0..10 {
@@ -260,8 +270,11 @@ pub fn spawn(shared: Arc<Shared>, sim: Simulation, simulate: bool) -> tokio::tas
                     let pass = reconcile(&mut cluster, &sim);
                     settled_rv = cluster.store.resource_version();
                     match pass {
-                        Ok(r) if r.writes == 0 => break,
-                        Ok(_) => {}
+                        Ok(r) if r.writes == 0 => {
+                            wake_at = r.wake_at;
+                            break;
+                        }
+                        Ok(r) => wake_at = r.wake_at,
                         Err(e) => {
                             tracing::warn!(error = %e, "workload simulation pass failed");
                             break;
@@ -277,9 +290,15 @@ pub fn spawn(shared: Arc<Shared>, sim: Simulation, simulate: bool) -> tokio::tas
             if pending {
                 continue;
             }
+            // A schedule's time is a reason for a pass too (a little after it, so it is due).
+            let cron_due = wake_at.map(|at: jiff::Timestamp| {
+                let wait = at.duration_since(jiff::Timestamp::now()).as_millis().max(0) as u64 + 50;
+                tokio::time::Instant::now() + Duration::from_millis(wait)
+            });
             loop {
                 tokio::select! {
                     _ = shared.shutdown.cancelled() => return,
+                    _ = tokio::time::sleep_until(cron_due.unwrap_or_else(tokio::time::Instant::now)), if cron_due.is_some() => break,
                     _ = containers_changed.notified(), if simulate => break,
                     _ = heartbeat.tick() => {
                         nodes.heartbeat(&mut shared.lock());
