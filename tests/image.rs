@@ -1,6 +1,7 @@
 //! The container image `cargo xtask image` builds: an OCI archive tagged with the chart's
 //! appVersion, configured to run as UID 65532, in which every Capstan binary starts (`--help`) as
-//! that user, with nothing but its own files and the libraries it links.
+//! that user, with nothing but its own files, the libraries it links and the `tc` the gw-sidecar's
+//! kernel QoS runs.
 
 use std::process::{Command, Output};
 
@@ -103,6 +104,39 @@ fn every_binary_answers_help_inside_the_image_as_the_non_root_user() {
             "{binary} --help in the image printed: {help}"
         );
     }
+    // The gw-sidecar's kernel backend runs `tc` by name for QoS (crates/sidecar-shim/src/gw/kernel.rs):
+    // it must be on the image's PATH, start with the libraries the image carries, and read the
+    // kernel's qdiscs as the backend does (`tc -j qdisc show dev IF`, JSON).
+    let version = run(Command::new("buildah").args([
+        "run",
+        "--isolation=chroot",
+        "--user",
+        "65532:65532",
+        &container.0,
+        "--",
+        "tc",
+        "-V",
+    ]));
+    let version = String::from_utf8_lossy(&version.stdout);
+    assert!(
+        version.contains("tc utility, iproute2-"),
+        "tc -V in the image printed: {version}"
+    );
+    let qdiscs = run(Command::new("buildah").args([
+        "run",
+        "--isolation=chroot",
+        &container.0,
+        "--",
+        "tc",
+        "-j",
+        "qdisc",
+        "show",
+        "dev",
+        "lo",
+    ]));
+    let qdiscs: serde_json::Value = serde_json::from_slice(&qdiscs.stdout)
+        .unwrap_or_else(|e| panic!("tc -j qdisc show in the image: {e}: {qdiscs:?}"));
+    assert!(qdiscs.is_array(), "tc -j qdisc show printed {qdiscs}");
     // The image is the binaries, their libraries and /etc: no shell to exec into.
     let shell = Command::new("buildah")
         .args([

@@ -1,7 +1,8 @@
 //! `cargo xtask image`: the container image the chart names, built without any registry.
 //!
-//! Compiles every Capstan binary, stages them with the shared libraries `ldd` reports and a passwd
-//! entry for the fixed non-root user, builds `deploy/Containerfile` with buildah (`FROM scratch`)
+//! Compiles every Capstan binary, stages them with the shared libraries `ldd` reports, iproute2's
+//! `tc` (the gw-sidecar's kernel backend shapes tunnels with it) and a passwd entry for the fixed
+//! non-root user, builds `deploy/Containerfile` with buildah (`FROM scratch`)
 //! and writes an OCI archive tagged `ghcr.io/capstan/capstan:<chart appVersion>` under target/.
 
 use std::collections::BTreeSet;
@@ -25,6 +26,24 @@ pub const BINARIES: &[(&str, &str)] = &[
     ("kube-sim", "kube-sim"),
     ("machine-driver", "machine-driver-sim"),
 ];
+
+/// A host program the image carries, with the licence file its package ships (its licence,
+/// GPL-2.0, asks that the notice travel with the binary).
+pub struct HostTool {
+    pub name: &'static str,
+    /// Where it lives in the image (and where Debian installs it).
+    pub path: &'static str,
+    pub copyright: &'static str,
+}
+
+/// `tc`: the gw-sidecar applies QoS by running it. netlink-packet-route has no TBF or HTB
+/// options, and hand-encoding them would mean re-implementing tc's rate and burst arithmetic;
+/// iproute2's own tool is what KubeSlice runs too. It and its libraries add about 3 MB.
+pub const HOST_TOOLS: &[HostTool] = &[HostTool {
+    name: "tc",
+    path: "/usr/sbin/tc",
+    copyright: "/usr/share/doc/iproute2/copyright",
+}];
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -142,7 +161,8 @@ fn compile(profile: &str) -> Result<()> {
 }
 
 /// Lays out `<context>/rootfs`: binaries (debug info stripped: the image needs symbols for
-/// backtraces, not DWARF), every library they link at the path ldd resolved, /etc/passwd and group.
+/// backtraces, not DWARF), the [`HOST_TOOLS`] with their licence files, every library any of them
+/// links at the path ldd resolved, /etc/passwd and group.
 fn stage(context: &Path, bin_dir: &Path) -> Result<()> {
     let rootfs = context.join("rootfs");
     if rootfs.exists() {
@@ -160,6 +180,24 @@ fn stage(context: &Path, bin_dir: &Path) -> Result<()> {
         fs::copy(&source, &dest).with_context(|| format!("copying {}", source.display()))?;
         run_tool(Command::new("strip").arg("--strip-debug").arg(&dest))?;
         libraries.extend(linked_libraries(&source)?);
+    }
+    for tool in HOST_TOOLS {
+        let source = Path::new(tool.path);
+        if !source.is_file() {
+            bail!(
+                "{} ({}) is not installed: the image needs it (apt-get install iproute2)",
+                tool.path,
+                tool.name
+            );
+        }
+        for file in [tool.path, tool.copyright] {
+            let dest = rootfs.join(file.trim_start_matches('/'));
+            if let Some(parent) = dest.parent() {
+                fs::create_dir_all(parent)?;
+            }
+            fs::copy(file, &dest).with_context(|| format!("copying {file}"))?;
+        }
+        libraries.extend(linked_libraries(source)?);
     }
     for library in &libraries {
         let relative = library.strip_prefix("/").unwrap_or(library);

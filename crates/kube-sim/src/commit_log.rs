@@ -6,7 +6,8 @@
 //! A record that cannot be written is cut away and refuses its write; an fsync that fails fails
 //! every request it covered, cuts the log back to its last fsync'd length and refuses every later
 //! write until a restart (after a failed fsync the kernel may have dropped the pages, so nothing
-//! written since can be trusted to reach the disk).
+//! written since can be trusted to reach the disk). A disk cannot be made to fail an fsync on
+//! demand, so the fault machinery (`fsyncFailAfter` in `/_sim/faults`) can fail the N-th one.
 
 use crate::store::{Event, Store};
 use std::fs::File;
@@ -35,6 +36,8 @@ pub(crate) struct Log {
     fsyncs: u64,
     /// Why the log refuses every write since a failed fsync.
     failed: Option<String>,
+    /// Injected fault: the fsync this many from now fails with EIO (1 = the next).
+    fail_fsync_in: Option<u64>,
 }
 
 impl Log {
@@ -58,6 +61,7 @@ impl Log {
             snapshot_len,
             fsyncs: 0,
             failed: None,
+            fail_fsync_in: None,
         }
     }
 
@@ -164,6 +168,13 @@ impl GroupCommit {
         self.log().fsyncs
     }
 
+    /// Makes the `nth` fsync for writes from now fail with EIO, as a failing disk's would (the
+    /// `fsyncFailAfter` fault); `None` clears it. Only the fsync is skipped: what follows (cut
+    /// back, refusals) is the real failure path.
+    pub fn fail_fsync(&self, nth: Option<u64>) {
+        self.log().fail_fsync_in = nth;
+    }
+
     /// `Some(outcome)` once `ticket` is settled: on disk, or refused by a failed fsync.
     fn settled(log: &Log, ticket: u64) -> Option<Result<(), String>> {
         if log.synced >= ticket {
@@ -181,16 +192,33 @@ impl GroupCommit {
             return outcome;
         }
         let _turn = self.turn.lock().await;
-        let (target, target_len, generation, file) = {
-            let log = self.log();
+        let (target, target_len, generation, file, injected) = {
+            let mut log = self.log();
             if let Some(outcome) = Self::settled(&log, ticket) {
                 return outcome;
             }
-            (log.appended, log.len, log.generation, log.file.clone())
+            let injected = match log.fail_fsync_in {
+                Some(n) if n <= 1 => {
+                    log.fail_fsync_in = None;
+                    true
+                }
+                Some(n) => {
+                    log.fail_fsync_in = Some(n - 1);
+                    false
+                }
+                None => false,
+            };
+            let file = log.file.clone();
+            (log.appended, log.len, log.generation, file, injected)
         };
-        let synced = tokio::task::spawn_blocking(move || file.sync_data())
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        let synced = if injected {
+            const EIO: i32 = 5;
+            Err(std::io::Error::from_raw_os_error(EIO))
+        } else {
+            tokio::task::spawn_blocking(move || file.sync_data())
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+        };
         let mut log = self.log();
         log.fsyncs += 1;
         match synced {
@@ -203,7 +231,8 @@ impl GroupCommit {
             }
             Err(e) => {
                 let why = format!(
-                    "cannot persist the write to {}: fsync failed: {e}",
+                    "cannot persist the write to {}: fsync failed: {e}; every write is refused \
+                     until kube-sim is restarted",
                     log.path.display()
                 );
                 let back_to = log.synced_len;

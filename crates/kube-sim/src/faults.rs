@@ -78,6 +78,11 @@ pub struct FaultConfig {
     /// Share of watch resumptions (a watch with a resourceVersion) answered with `410 Gone`.
     #[serde(default)]
     pub watch_resume_gone_rate: f64,
+    /// With `--data-dir`: the N-th fsync of the event log from when this is set (1 = the next)
+    /// fails with EIO, as a failing disk's would; the writes it covered fail and kube-sim
+    /// refuses every write until it is restarted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fsync_fail_after: Option<u64>,
 }
 
 /// The longest latency or watch lifetime a fault may ask for: a day (beyond it a test hangs,
@@ -145,6 +150,12 @@ impl FaultConfig {
         }
         if let Some(secs) = self.watch_max_seconds {
             check_seconds("watchMaxSeconds", secs)?;
+        }
+        if self.fsync_fail_after == Some(0) {
+            return Err(FaultConfigError::invalid(
+                "fsyncFailAfter",
+                "must be at least 1 (1 fails the next fsync)".into(),
+            ));
         }
         check_rate("watchResumeGoneRate", self.watch_resume_gone_rate)
     }

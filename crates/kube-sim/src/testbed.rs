@@ -68,6 +68,7 @@ impl Testbed {
             shared: shared.clone(),
             auth: Authenticator::new(&config.auth)?,
         });
+        tb.configure_faults(config.faults.clone());
         crate::workloads::spawn(
             shared,
             crate::workloads::Simulation {
@@ -105,6 +106,15 @@ impl Testbed {
 
     pub fn cut_watches(&self) {
         self.shared.end_watches(WatchEnd::Cut);
+    }
+
+    /// Replaces the fault configuration: the request faults, and the event log's fsync fault
+    /// (with a data directory).
+    pub fn configure_faults(&self, config: FaultConfig) {
+        if let Some(commit) = self.shared.group_commit.get() {
+            commit.fail_fsync(config.fsync_fail_after);
+        }
+        self.faults.configure(config);
     }
 
     pub fn partition_for(&self, d: Duration) {
@@ -229,15 +239,21 @@ async fn admin(tb: &Testbed, method: &Method, path: &str, body: Bytes) -> Respon
                     FaultConfig::from_json(text).map_err(|e| ApiError::bad_request(e.to_string()))
                 });
             match parsed {
+                Ok(c) if c.fsync_fail_after.is_some() && tb.shared.group_commit.get().is_none() => {
+                    status_response(&ApiError::bad_request(
+                        "invalid fault configuration: fsyncFailAfter: kube-sim runs without \
+                         --data-dir, so there is no fsync to fail",
+                    ))
+                }
                 Ok(c) => {
-                    tb.faults.configure(c);
+                    tb.configure_faults(c);
                     json_response(200, &json!(tb.faults.config()))
                 }
                 Err(e) => status_response(&e),
             }
         }
         (&Method::DELETE, "/_sim/faults") => {
-            tb.faults.configure(FaultConfig::default());
+            tb.configure_faults(FaultConfig::default());
             tb.faults.heal_partition();
             json_response(200, &json!(tb.faults.config()))
         }
@@ -584,12 +600,12 @@ impl crate::KubeSim {
 
     /// Replaces the fault configuration (and restarts its random sequence).
     pub fn set_faults(&self, config: FaultConfig) {
-        self.testbed.faults.configure(config);
+        self.testbed.configure_faults(config);
     }
 
     /// Injects nothing any more and heals a partition.
     pub fn clear_faults(&self) {
-        self.testbed.faults.configure(FaultConfig::default());
+        self.testbed.configure_faults(FaultConfig::default());
         self.testbed.faults.heal_partition();
     }
 

@@ -280,3 +280,125 @@ async fn concurrent_acknowledged_creates_survive_a_restart() {
     assert_eq!(names, acknowledged, "every acknowledged create survives");
     again.shutdown().await;
 }
+
+fn configmap(name: &str) -> String {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": name}})
+        .to_string()
+}
+
+/// A failed fsync (injected with `fsyncFailAfter`: a disk cannot be made to fail one on demand)
+/// fails every write of its batch, cuts the log back and refuses every later write until a
+/// restart, after which exactly the acknowledged writes exist in a valid log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fsync_fails_its_batch_and_refuses_writes_until_a_restart() {
+    const BATCH: usize = 16;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = || kube_sim::Config {
+        data_dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    };
+    let sim = common::start_with(config()).await;
+    let mut acknowledged = BTreeSet::new();
+    for name in ["before-1", "before-2"] {
+        let (code, status) =
+            common::raw_json(&sim, "POST", CMS, "application/json", &configmap(name)).await;
+        assert_eq!(code, 201, "{status}");
+        acknowledged.insert(name.to_owned());
+    }
+
+    let (code, status) = common::raw_json(
+        &sim,
+        "POST",
+        "/_sim/faults",
+        "application/json",
+        r#"{"fsyncFailAfter": 0}"#,
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("fsyncFailAfter")),
+        "{status}"
+    );
+    // The third fsync from now fails: two more acknowledged writes, then the failing batch.
+    let (code, status) = common::raw_json(
+        &sim,
+        "POST",
+        "/_sim/faults",
+        "application/json",
+        r#"{"fsyncFailAfter": 3}"#,
+    )
+    .await;
+    assert_eq!(code, 200, "{status}");
+    for name in ["after-1", "after-2"] {
+        let (code, status) =
+            common::raw_json(&sim, "POST", CMS, "application/json", &configmap(name)).await;
+        assert_eq!(code, 201, "{status}");
+        acknowledged.insert(name.to_owned());
+    }
+
+    // A batch of concurrent creates: the first fsync among them fails, and every one of them is
+    // covered by it or refused after it.
+    let batch = futures::future::join_all((0..BATCH).map(|i| {
+        let sim = &sim;
+        async move {
+            let name = format!("batch-{i:02}");
+            common::raw_json(sim, "POST", CMS, "application/json", &configmap(&name)).await
+        }
+    }))
+    .await;
+    for (code, status) in &batch {
+        assert_eq!(*code, 500, "a write of the failed batch: {status}");
+    }
+    let messages: Vec<&str> = batch
+        .iter()
+        .map(|(_, status)| status["message"].as_str().unwrap_or_default())
+        .collect();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("fsync failed: Input/output error")),
+        "{messages:?}"
+    );
+
+    // Later writes of every kind are refused, saying why and until when.
+    let later = [
+        ("POST", CMS.to_owned(), configmap("later")),
+        ("DELETE", format!("{CMS}/before-1"), String::new()),
+    ];
+    for (method, path, body) in later {
+        let (code, status) = common::raw_json(&sim, method, &path, "application/json", &body).await;
+        assert_eq!(
+            code, 500,
+            "{method} {path} after the failed fsync: {status}"
+        );
+        let message = status["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("fsync failed") && message.contains("until kube-sim is restarted"),
+            "{method} {path}: {message}"
+        );
+    }
+    sim.shutdown().await;
+
+    let (records, _) = persistence::read_log(&dir.path().join(LOG_FILE)).expect("a valid log");
+    let rvs: Vec<u64> = records.iter().map(|r| r.rv).collect();
+    assert!(rvs.windows(2).all(|w| w[1] == w[0] + 1), "{rvs:?}");
+
+    let again = common::start_with(config()).await;
+    assert_eq!(
+        configmap_names(&again).await,
+        acknowledged,
+        "exactly the acknowledged writes survive"
+    );
+    let (code, status) = common::raw_json(
+        &again,
+        "POST",
+        CMS,
+        "application/json",
+        &configmap("restarted"),
+    )
+    .await;
+    assert_eq!(code, 201, "writes resume after a restart: {status}");
+    again.shutdown().await;
+}
