@@ -350,11 +350,17 @@ impl SimDriver {
             Cached::Found(vm) => vm,
             Cached::Missing if !recorded => return Err(not_found("not found")),
             Cached::Missing | Cached::Unsynced => {
-                let vms = self.vms();
-                with_retries(RetryPolicy::STEP, "get VM", || vms.get_opt(&vm_name))
+                // A one-name list, not a GET: the VM cache's list and watch grants cover it.
+                let (vms, params) = (
+                    self.vms(),
+                    ListParams::default().fields(&format!("metadata.name={vm_name}")),
+                );
+                with_retries(RetryPolicy::STEP, "look up VM", || vms.list(&params))
                     .await
-                    .map_err(|e| kube_err("get VM", e))?
-                    .map(|vm| VmRecord::of(&vm))
+                    .map_err(|e| kube_err("look up VM", e))?
+                    .items
+                    .first()
+                    .map(VmRecord::of)
                     .ok_or_else(|| not_found("not found"))?
             }
         };
