@@ -3,6 +3,10 @@
 //! a VM registers a Node named after the Machine, NotReady at first and Ready after a delay (the
 //! class's `providerSpec.simulate.readyDelaySeconds`, else the driver's default).
 //!
+//! Status calls and the Ready task read [`cache`] (the VM ConfigMaps and the Nodes from watches)
+//! instead of GETting; creates and deletes still write the API, recorded in the cache first so
+//! the driver reads its own writes.
+//!
 //! Failure injection, in the class's `providerSpec`:
 //! `{"simulate": {"createError": "ResourceExhausted", "deleteError": "...", "getError": "...",
 //! "initializeError": "...", "readyDelaySeconds": 3, "neverReady": true}}`.
@@ -19,6 +23,9 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
+mod cache;
+
+use self::cache::{Cached, SimCache, VmRecord};
 use crate::retry::{RetryPolicy, with_retries};
 use crate::simulate::{MAX_READY_DELAY, Simulate};
 use crate::{
@@ -68,6 +75,7 @@ fn injected(code: Option<&String>, call: &str) -> Result<(), DriverError> {
 pub struct SimDriver {
     client: Client,
     config: SimConfig,
+    cache: SimCache,
     /// Nodes with a running "turn Ready" task, so a re-driven create does not start a second one.
     turning_ready: Arc<Mutex<HashSet<String>>>,
 }
@@ -107,8 +115,11 @@ fn addresses(node_name: &str) -> Vec<NodeAddress> {
 }
 
 impl SimDriver {
+    /// The driver, and its cache's watches (so it must be called within a tokio runtime; they
+    /// stop when the last clone is dropped).
     pub fn new(client: Client, config: SimConfig) -> Self {
         Self {
+            cache: SimCache::start(&client, &config.namespace),
             client,
             config,
             turning_ready: Arc::new(Mutex::new(HashSet::new())),
@@ -125,6 +136,12 @@ impl SimDriver {
 
     fn provider_id(&self, machine: &str) -> String {
         format!("sim:///{}/{machine}", self.config.namespace)
+    }
+
+    /// Resolves once the cache holds a full list of the VMs and the Nodes (until then, status
+    /// calls GET).
+    pub async fn cache_synced(&self) {
+        self.cache.synced().await;
     }
 
     /// Schedules Ready for every recorded VM whose Node is not Ready yet (after a restart).
@@ -148,14 +165,16 @@ impl SimDriver {
                 .and_then(|d| Duration::try_from(d).ok())
                 .unwrap_or_default()
                 .min(MAX_READY_DELAY);
-            self.schedule_ready(node.clone(), wait);
+            self.schedule_ready(node.clone(), wait, false);
             scheduled += 1;
         }
         Ok(scheduled)
     }
 
     /// Turns the Node Ready after `after`, retrying until it is Ready or gone (one task per Node).
-    fn schedule_ready(&self, node_name: String, after: Duration) {
+    /// `registered_not_ready`: this driver just registered the Node NotReady, so it needs the
+    /// write whatever a lagging cache says; else the cache tells whether it is Ready already.
+    fn schedule_ready(&self, node_name: String, after: Duration, registered_not_ready: bool) {
         let fresh = self
             .turning_ready
             .lock()
@@ -163,25 +182,26 @@ impl SimDriver {
         if !fresh {
             return;
         }
-        let nodes = self.nodes();
+        let (nodes, cache) = (self.nodes(), self.cache.clone());
         let turning_ready = Arc::clone(&self.turning_ready);
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
+            if !registered_not_ready {
+                cache.synced().await;
+            }
             let outcome = with_retries(RetryPolicy::BACKGROUND, "turn node Ready", || async {
-                let Some(node) = nodes.get_opt(&node_name).await? else {
-                    return Ok(false);
-                };
-                if is_ready(&node) {
+                if !registered_not_ready && cache.node(&node_name) == Cached::Found(true) {
                     return Ok(true);
                 }
-                nodes
-                    .patch_status(
-                        &node_name,
-                        &PatchParams::default(),
-                        &Patch::Merge(node_status("True")),
-                    )
+                let patch = Patch::Merge(node_status("True"));
+                match nodes
+                    .patch_status(&node_name, &PatchParams::default(), &patch)
                     .await
-                    .map(|_| true)
+                {
+                    Ok(_) => Ok(true),
+                    Err(e) if is_status(&e, 404) => Ok(false),
+                    Err(e) => Err(e),
+                }
             })
             .await;
             match outcome {
@@ -236,10 +256,19 @@ impl SimDriver {
             ..ConfigMap::default()
         };
         let (vms, nodes, post) = (self.vms(), self.nodes(), PostParams::default());
+        let record = VmRecord {
+            provider_id: provider_id.clone(),
+            node_name: node_name.clone(),
+        };
+        // Recorded before it is sent: any watch event after this one is at least as new.
+        self.cache.record_vm(&vm_name(&machine), record);
         match with_retries(RetryPolicy::STEP, "record VM", || vms.create(&post, &vm)).await {
             Ok(_) => {}
             Err(e) if is_status(&e, 409) => {}
-            Err(e) => return Err(kube_err("record VM", e)),
+            Err(e) => {
+                self.cache.forget_vm(&vm_name(&machine));
+                return Err(kube_err("record VM", e));
+            }
         }
         let node = Node {
             metadata: ObjectMeta {
@@ -263,12 +292,15 @@ impl SimDriver {
         // The VM is recorded but not "created" until its Node is registered: a failure here
         // fails the call, and `GetMachineStatus` reports NotFound, so the next reconcile calls
         // CreateMachine again (every step is idempotent).
+        self.cache.record_node(&node_name);
+        let mut registered_not_ready = false;
         match with_retries(RetryPolicy::STEP, "register node", || {
             nodes.create(&post, &node)
         })
         .await
         {
             Ok(_) => {
+                registered_not_ready = true;
                 let (params, not_ready) =
                     (PatchParams::default(), Patch::Merge(node_status("False")));
                 let registered = with_retries(RetryPolicy::STEP, "register node status", || {
@@ -284,10 +316,13 @@ impl SimDriver {
             // The Node exists already (a retried create, or a Node of another machine: the
             // controller checks ownership).
             Err(e) if is_status(&e, 409) => {}
-            Err(e) => return Err(kube_err("register node", e)),
+            Err(e) => {
+                self.cache.forget_node(&node_name);
+                return Err(kube_err("register node", e));
+            }
         }
         if !sim.never_ready {
-            self.schedule_ready(node_name.clone(), delay);
+            self.schedule_ready(node_name.clone(), delay, registered_not_ready);
         }
         Ok(MachineInfo {
             provider_id,
@@ -302,22 +337,52 @@ impl SimDriver {
         let machine = request.machine.metadata.name.as_deref().unwrap_or_default();
         let not_found =
             |why: &str| DriverError::new(Code::NotFound, format!("machine {machine} {why}"));
-        let (vms, nodes, vm_name) = (self.vms(), self.nodes(), vm_name(machine));
-        let vm = with_retries(RetryPolicy::STEP, "get VM", || vms.get_opt(&vm_name))
-            .await
-            .map_err(|e| kube_err("get VM", e))?
-            .ok_or_else(|| not_found("not found"))?;
-        let data = vm.data.unwrap_or_default();
-        let node_name = data.get("nodeName").cloned().unwrap_or_default();
+        // A miss in the synced cache is the answer, unless the Machine records a providerID: then
+        // the API confirms the VM (or its Node) is gone before the driver says so.
+        let recorded = request
+            .machine
+            .spec
+            .provider_id
+            .as_deref()
+            .is_some_and(|id| !id.is_empty());
+        let vm_name = vm_name(machine);
+        let vm = match self.cache.vm(&vm_name) {
+            Cached::Found(vm) => vm,
+            Cached::Missing if !recorded => return Err(not_found("not found")),
+            Cached::Missing | Cached::Unsynced => {
+                // A one-name list, not a GET: the VM cache's list and watch grants cover it.
+                let (vms, params) = (
+                    self.vms(),
+                    ListParams::default().fields(&format!("metadata.name={vm_name}")),
+                );
+                with_retries(RetryPolicy::STEP, "look up VM", || vms.list(&params))
+                    .await
+                    .map_err(|e| kube_err("look up VM", e))?
+                    .items
+                    .first()
+                    .map(VmRecord::of)
+                    .ok_or_else(|| not_found("not found"))?
+            }
+        };
+        let node_name = vm.node_name;
         // A VM whose Node never got registered is not created yet.
-        let node = with_retries(RetryPolicy::STEP, "get node", || nodes.get_opt(&node_name))
-            .await
-            .map_err(|e| kube_err("get node", e))?;
-        if node_name.is_empty() || node.is_none() {
+        let registered = !node_name.is_empty()
+            && match self.cache.node(&node_name) {
+                Cached::Found(_) => true,
+                Cached::Missing if !recorded => false,
+                Cached::Missing | Cached::Unsynced => {
+                    let nodes = self.nodes();
+                    with_retries(RetryPolicy::STEP, "get node", || nodes.get_opt(&node_name))
+                        .await
+                        .map_err(|e| kube_err("get node", e))?
+                        .is_some()
+                }
+            };
+        if !registered {
             return Err(not_found("has no registered node yet"));
         }
         Ok(MachineStatusInfo {
-            provider_id: data.get("providerID").cloned().unwrap_or_default(),
+            provider_id: vm.provider_id,
             addresses: addresses(&node_name),
             node_name,
         })
@@ -330,6 +395,7 @@ impl SimDriver {
         injected(delete_error.as_ref(), "DeleteMachine")?;
         let machine = request.machine.metadata.name.as_deref().unwrap_or_default();
         let (vms, vm_name, params) = (self.vms(), vm_name(machine), DeleteParams::default());
+        self.cache.record_vm_deleted(&vm_name);
         match with_retries(RetryPolicy::STEP, "delete VM", || {
             vms.delete(&vm_name, &params)
         })
@@ -340,7 +406,10 @@ impl SimDriver {
                 Code::NotFound,
                 format!("machine {machine} not found"),
             )),
-            Err(e) => Err(kube_err("delete VM", e)),
+            Err(e) => {
+                self.cache.forget_vm(&vm_name);
+                Err(kube_err("delete VM", e))
+            }
         }
     }
 
