@@ -388,8 +388,9 @@ async fn recycle(hub: &Cluster, pairs: &mut [Pair], instance: u32) -> Result<Dur
     let create = PostParams::default();
     let started = Instant::now();
     futures::future::try_join_all(crs.iter().map(|cr| api.create(&create, cr))).await?;
-    ended.await.context("recycle watch")??;
+    let timelines = ended.await.context("recycle watch")??;
     let took = started.elapsed();
+    eprintln!("recycler bench: {}", Timeline::summary(&timelines, started));
     for pair in pairs.iter_mut() {
         let generation = &mut pair.generations[instance as usize];
         *generation = 1 - *generation;
@@ -397,11 +398,56 @@ async fn recycle(hub: &Cluster, pairs: &mut [Pair], instance: u32) -> Result<Dur
     Ok(took)
 }
 
-/// Resolves when every CR of `names` reads `end`; fails on `error_state`.
+/// When one recycle's CR was first seen in each state and with each client response, so the
+/// bench can say which step the time went to.
+#[derive(Default)]
+struct Timeline {
+    steps: Vec<(String, Instant)>,
+}
+
+impl Timeline {
+    fn see(&mut self, cr: &WorkerSliceGwRecycler, at: Instant) {
+        let response = cr.response().map(|r| format!("client {r}"));
+        for step in std::iter::once(cr.state().to_string()).chain(response) {
+            if !self.steps.iter().any(|(s, _)| *s == step) {
+                self.steps.push((step, at));
+            }
+        }
+    }
+
+    /// Per step (in the order first seen), the median and the slowest time from the start of
+    /// the recycle(s) until the step was seen.
+    fn summary(timelines: &[Timeline], started: Instant) -> String {
+        let mut order: Vec<&str> = Vec::new();
+        for t in timelines {
+            for (step, _) in &t.steps {
+                if !order.contains(&step.as_str()) {
+                    order.push(step);
+                }
+            }
+        }
+        let parts: Vec<String> = order
+            .iter()
+            .map(|step| {
+                let seen: Vec<Duration> = timelines
+                    .iter()
+                    .filter_map(|t| t.steps.iter().find(|(s, _)| s == step))
+                    .map(|(_, at)| at.saturating_duration_since(started))
+                    .collect();
+                let slowest = seen.iter().max().copied().unwrap_or_default();
+                format!("{step} {:.0?}/{slowest:.0?}", median(&seen))
+            })
+            .collect();
+        format!("steps seen at (median/slowest): {}", parts.join(", "))
+    }
+}
+
+/// Resolves when every CR of `names` reads `end` with the timeline of each; fails on
+/// `error_state`.
 fn wait_ended(
     api: Api<WorkerSliceGwRecycler>,
     mut names: HashSet<String>,
-) -> tokio::task::JoinHandle<Result<()>> {
+) -> tokio::task::JoinHandle<Result<Vec<Timeline>>> {
     tokio::spawn(async move {
         let mut events = std::pin::pin!(
             watcher(api, watcher::Config::default())
@@ -409,6 +455,7 @@ fn wait_ended(
                 .applied_objects()
         );
         let deadline = tokio::time::Instant::now() + TIMEOUT;
+        let mut timelines: BTreeMap<String, Timeline> = BTreeMap::new();
         while !names.is_empty() {
             let next = tokio::time::timeout_at(deadline, events.next())
                 .await
@@ -416,6 +463,12 @@ fn wait_ended(
             let Some(cr) = next.transpose()? else {
                 bail!("watch ended")
             };
+            if names.contains(&cr.name_any()) {
+                timelines
+                    .entry(cr.name_any())
+                    .or_default()
+                    .see(&cr, Instant::now());
+            }
             match cr.state() {
                 State::End => {
                     names.remove(&cr.name_any());
@@ -428,7 +481,7 @@ fn wait_ended(
                 _ => {}
             }
         }
-        Ok(())
+        Ok(timelines.into_values().collect())
     })
 }
 
