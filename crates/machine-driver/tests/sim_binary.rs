@@ -68,3 +68,29 @@ async fn serves_the_simulator_over_grpc() {
     child.kill().await.expect("killed");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn bad_flags_stop_start_up_naming_what_is_wrong() {
+    let bin = env!("CARGO_BIN_EXE_machine-driver-sim");
+    // The common flags, as every Capstan binary checks them.
+    capstan_testkit::process::contract::bad_configuration_exits_non_zero_without_serving(
+        bin,
+        &["--listen", "127.0.0.1:0"],
+    )
+    .await;
+    // Its own: the Ready delay is a Go duration, as the controller's `--sim-ready-delay`.
+    for (value, says) in [("2", "2"), ("-1s", "-1s"), ("soon", "soon")] {
+        let out = tokio::process::Command::new(bin)
+            .args(["--listen", "127.0.0.1:0"])
+            .arg(format!("--sim-ready-delay={value}"))
+            .output()
+            .await
+            .expect("ran");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("--sim-ready-delay") && stderr.contains(says),
+            "names the flag and the value: {stderr}"
+        );
+    }
+}
