@@ -7,25 +7,6 @@ mod common;
 
 use common::kubectl::Kubectl;
 use serde_json::Value;
-use std::time::Duration;
-
-/// Polls `kubectl get <args> -o json` until `check` holds (panics with the last answer after 30s).
-async fn wait_json(
-    k: &Kubectl,
-    args: &[&str],
-    what: &str,
-    check: impl Fn(&Value) -> bool,
-) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..150 {
-        last = k.json(args).await;
-        if check(&last) {
-            return last;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("never {what}: {last:#}");
-}
 
 /// The images of the daemon pods (not being deleted), sorted.
 fn daemon_images(pods: &Value) -> Vec<String> {
@@ -81,7 +62,7 @@ spec:
 "#,
     );
     k.ok(&["apply", "-f", &manifest]).await;
-    wait_json(&k, &["get", "pods"], "a daemon agent:1 on each node", |l| {
+    k.wait_json(&["get", "pods"], "a daemon agent:1 on each node", |l| {
         daemon_images(l) == ["agent:1", "agent:1"]
     })
     .await;
@@ -94,27 +75,28 @@ spec:
     ])
     .await;
     k.ok(&["set", "image", "ds/agent", "a=agent:2"]).await;
-    wait_json(&k, &["get", "pods"], "the daemons rolled to agent:2", |l| {
+    k.wait_json(&["get", "pods"], "the daemons rolled to agent:2", |l| {
         daemon_images(l) == ["agent:2", "agent:2"]
     })
     .await;
 
     // Each revision as the controller writes it: `<ds>-<hash>`, owned by the DaemonSet, the
     // hash label shared with the pods made from it, the template as a replacing patch.
-    let revisions = wait_json(
-        &k,
-        &["get", "controllerrevisions", "-l", "app=agent"],
-        "two revisions, the second with the change cause",
-        |l| {
-            l["items"].as_array().is_some_and(|i| {
-                i.len() == 2
-                    && i.iter().any(|r| {
-                        r["metadata"]["annotations"]["kubernetes.io/change-cause"] == "upgrade to 2"
-                    })
-            })
-        },
-    )
-    .await;
+    let revisions = k
+        .wait_json(
+            &["get", "controllerrevisions", "-l", "app=agent"],
+            "two revisions, the second with the change cause",
+            |l| {
+                l["items"].as_array().is_some_and(|i| {
+                    i.len() == 2
+                        && i.iter().any(|r| {
+                            r["metadata"]["annotations"]["kubernetes.io/change-cause"]
+                                == "upgrade to 2"
+                        })
+                })
+            },
+        )
+        .await;
     let ds = k.json(&["get", "ds", "agent"]).await;
     let pods = k.json(&["get", "pods", "-l", "app=agent"]).await;
     for r in revisions["items"].as_array().into_iter().flatten() {
@@ -164,27 +146,27 @@ spec:
         ds["spec"]["template"]["spec"]["containers"][0]["image"],
         "agent:1"
     );
-    wait_json(&k, &["get", "pods"], "the daemons back on agent:1", |l| {
+    k.wait_json(&["get", "pods"], "the daemons back on agent:1", |l| {
         daemon_images(l) == ["agent:1", "agent:1"]
     })
     .await;
     // The first template is current again: its revision is renumbered past the second.
-    let after = wait_json(
-        &k,
-        &["get", "controllerrevisions", "-l", "app=agent"],
-        "revision 1 renumbered 3",
-        |l| {
-            let mut numbers: Vec<i64> = l["items"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|r| r["revision"].as_i64())
-                .collect();
-            numbers.sort();
-            numbers == [2, 3]
-        },
-    )
-    .await;
+    let after = k
+        .wait_json(
+            &["get", "controllerrevisions", "-l", "app=agent"],
+            "revision 1 renumbered 3",
+            |l| {
+                let mut numbers: Vec<i64> = l["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|r| r["revision"].as_i64())
+                    .collect();
+                numbers.sort();
+                numbers == [2, 3]
+            },
+        )
+        .await;
     let three = after["items"]
         .as_array()
         .into_iter()

@@ -20,24 +20,6 @@ async fn start(pod_cidr: &str) -> KubeSim {
     common::start_simulating(pod_cidr, kubelet).await
 }
 
-/// Polls `kubectl get <args> -o json` until `check` holds (panics with the last answer after 30s).
-async fn wait_json(
-    k: &Kubectl,
-    args: &[&str],
-    what: &str,
-    check: impl Fn(&Value) -> bool,
-) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..150 {
-        last = k.json(args).await;
-        if check(&last) {
-            return last;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("never {what}: {last:#}");
-}
-
 fn items(list: &Value) -> Vec<Value> {
     list["items"].as_array().cloned().unwrap_or_default()
 }
@@ -91,17 +73,17 @@ spec:
             .filter(|p| p["metadata"]["labels"]["app"] == app && p["spec"]["nodeName"] == node)
             .count()
     };
-    wait_json(
-        &k,
+    k.wait_json(
         &["get", "pods"],
         "a daemon on each node and web on n1",
         |l| on(l, "agent", "n1") == 1 && on(l, "agent", "n2") == 1 && on(l, "web", "n1") == 1,
     )
     .await;
-    let ds = wait_json(&k, &["get", "ds", "agent"], "the DaemonSet ready", |d| {
-        d["status"]["numberReady"] == 2
-    })
-    .await;
+    let ds = k
+        .wait_json(&["get", "ds", "agent"], "the DaemonSet ready", |d| {
+            d["status"]["numberReady"] == 2
+        })
+        .await;
     assert_eq!(ds["status"]["desiredNumberScheduled"], 2);
 
     // Without --ignore-daemonsets kubectl refuses, naming the daemon pod.
@@ -121,7 +103,7 @@ spec:
     let n1 = k.json(&["get", "node", "n1"]).await;
     assert_eq!(n1["spec"]["unschedulable"], true);
     // The daemon stays on the cordoned node; web moved to n2.
-    wait_json(&k, &["get", "pods"], "web off n1, the daemon kept", |l| {
+    k.wait_json(&["get", "pods"], "web off n1, the daemon kept", |l| {
         on(l, "agent", "n1") == 1 && on(l, "web", "n1") == 0 && on(l, "web", "n2") == 2
     })
     .await;
@@ -397,10 +379,11 @@ async fn kubectl_create_cronjob_runs_a_job_at_the_next_minute() {
     assert_eq!(job["metadata"]["name"], format!("tick-{minute}"));
     let name = job["metadata"]["name"].as_str().expect("name");
     assert_eq!(k.ok(&["logs", &format!("job/{name}")]).await, "tick\n");
-    let cronjob = wait_json(&k, &["get", "cronjob", "tick"], "recording its run", |c| {
-        c["status"]["lastSuccessfulTime"].is_string()
-    })
-    .await;
+    let cronjob = k
+        .wait_json(&["get", "cronjob", "tick"], "recording its run", |c| {
+            c["status"]["lastSuccessfulTime"].is_string()
+        })
+        .await;
     assert_eq!(
         cronjob["status"]["lastScheduleTime"], scheduled,
         "{cronjob:#}"

@@ -81,4 +81,23 @@ impl Kubectl {
         a.extend(["-o", "json"]);
         serde_json::from_str(&self.ok(&a).await).expect("kubectl printed JSON")
     }
+
+    /// Polls `kubectl get <args> -o json` until `check` holds (panics with the last answer after
+    /// 30s).
+    pub async fn wait_json(
+        &self,
+        args: &[&str],
+        what: &str,
+        check: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let mut last = serde_json::Value::Null;
+        for _ in 0..150 {
+            last = self.json(args).await;
+            if check(&last) {
+                return last;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        panic!("never {what}: {last:#}");
+    }
 }
