@@ -213,14 +213,24 @@ async fn fan_out(
         let delivered = delivered.clone();
         let from = from.clone();
         watchers.push(tokio::spawn(async move {
-            let params = WatchParams::default().timeout(290);
-            let mut events = api.watch(&params, &from).await?.boxed();
-            while let Some(event) = events.try_next().await? {
-                if let WatchEvent::Modified(_) = event {
-                    delivered.fetch_add(1, Ordering::Relaxed);
+            // kube-sim closes a watch that falls too far behind, as kube-apiserver does; the
+            // watcher then resumes from the last version it saw, as a client's does.
+            let mut from = from;
+            loop {
+                let params = WatchParams::default().timeout(290);
+                let mut events = api.watch(&params, &from).await?.boxed();
+                while let Some(event) = events.try_next().await? {
+                    match event {
+                        WatchEvent::Modified(cm) => {
+                            delivered.fetch_add(1, Ordering::Relaxed);
+                            from = cm.metadata.resource_version.unwrap_or(from);
+                        }
+                        // Resuming is impossible (410): what was missed stays missed.
+                        WatchEvent::Error(_) => return Ok::<_, kube::Error>(()),
+                        _ => {}
+                    }
                 }
             }
-            Ok::<_, kube::Error>(())
         }));
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
