@@ -45,9 +45,15 @@ struct Pushed {
     hops: Vec<String>,
 }
 
-/// What a pass left undone (re-check after a short backoff).
+/// What a pass did and left undone.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Pending(pub bool);
+pub struct Pass {
+    /// A gateway pod's sidecar is not ready yet: re-check after a short backoff.
+    pub unready: bool,
+    /// New next hops went to the router: a recycle waiting for a route learns it from this, as
+    /// no watch event announces a route.
+    pub pushed_hops: bool,
+}
 
 impl GatewayReconciler {
     pub fn new(
@@ -74,10 +80,10 @@ impl GatewayReconciler {
         &self,
         world: &World,
         gateway: &SliceGateway,
-    ) -> Result<Pending, ReconcileError> {
+    ) -> Result<Pass, ReconcileError> {
         let name = gateway.metadata.name.clone().unwrap_or_default();
         let Some(slice) = slice_of(gateway) else {
-            return Ok(Pending(false));
+            return Ok(Pass::default());
         };
         // Deployments: ensure, then remove the marked ones.
         self.ensure_deployments(world, gateway, &name, &slice)
@@ -115,7 +121,10 @@ impl GatewayReconciler {
         let (Some((router_incarnation, router)), Some(subnet)) =
             (world.router(&slice), remote_subnet(gateway))
         else {
-            return Ok(Pending(unready));
+            return Ok(Pass {
+                unready,
+                pushed_hops: false,
+            });
         };
         let pushed = Pushed {
             router: router_incarnation,
@@ -139,7 +148,10 @@ impl GatewayReconciler {
             tracing::info!(hops = ?pushed.hops, %router, "router next hops pushed");
             lock(&self.pushed).insert(name, pushed);
         }
-        Ok(Pending(unready))
+        Ok(Pass {
+            unready,
+            pushed_hops: !unchanged,
+        })
     }
 
     async fn ensure_deployments(

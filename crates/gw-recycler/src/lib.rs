@@ -48,7 +48,7 @@ pub mod world;
 pub use cli::{Args, Command, Role};
 
 use crate::error::ReconcileError;
-use crate::gateway::{GatewayReconciler, Pending};
+use crate::gateway::{GatewayReconciler, Pass};
 use crate::recycler::Recycler;
 use crate::sidecars::Sidecars;
 use crate::template::GatewayTemplate;
@@ -180,6 +180,9 @@ pub struct Context {
     pub reconciler: Reconciler,
     /// Per object: the next pause before re-probing a gRPC condition no watch event announces.
     pub probes: PerObjectBackoff<String>,
+    /// Reconciles the recycles of these SliceGateways now: the gateway reconciler changed
+    /// something of theirs that no watch event announces (the router's next hops).
+    pub wake_recycles: Box<dyn Fn(Vec<String>) + Send + Sync>,
     pub leader: LeaderHandle,
     pub caches_ready: Arc<AtomicBool>,
 }
@@ -250,7 +253,13 @@ async fn reconcile_gateway(
             if let Some(hold) = ctx.hold_writes() {
                 return Ok(hold);
             }
-            let Pending(unready) = ctx.gateways.reconcile(&ctx.world, &gateway).await?;
+            let Pass {
+                unready,
+                pushed_hops,
+            } = ctx.gateways.reconcile(&ctx.world, &gateway).await?;
+            if pushed_hops && let Some(name) = &gateway.metadata.name {
+                (ctx.wake_recycles)(vec![name.clone()]);
+            }
             if ctx.rebalance {
                 rebalance::reconcile(&ctx.world, &ctx.recycler, &gateway).await?;
             }
@@ -328,16 +337,6 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
     };
     let caches_ready = Arc::new(AtomicBool::new(false));
     let (synced_tx, synced_rx) = tokio::sync::watch::channel(false);
-    let ctx = Arc::new(Context {
-        world: world.clone(),
-        recycler: w.recycler,
-        gateways: w.gateways,
-        rebalance: w.rebalance,
-        reconciler: Reconciler::new(w.metrics, RETRY),
-        probes: PerObjectBackoff::new(PROBE_BACKOFF),
-        leader: w.leader.clone(),
-        caches_ready: caches_ready.clone(),
-    });
 
     // Worker changes -> the recycles naming the gateway they concern.
     let (recycler_tx, recycler_rx) = unbounded_channel::<ObjectRef<WorkerSliceGwRecycler>>();
@@ -349,6 +348,17 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
             }
         }
     };
+    let ctx = Arc::new(Context {
+        world: world.clone(),
+        recycler: w.recycler,
+        gateways: w.gateways,
+        rebalance: w.rebalance,
+        reconciler: Reconciler::new(w.metrics, RETRY),
+        probes: PerObjectBackoff::new(PROBE_BACKOFF),
+        wake_recycles: Box::new(to_recyclers.clone()),
+        leader: w.leader.clone(),
+        caches_ready: caches_ready.clone(),
+    });
     let (gw_changed, dep_changed, pod_changed) =
         (to_recyclers.clone(), to_recyclers.clone(), to_recyclers);
     let gateway_stream = gateway_stream.inspect_ok(move |g: &SliceGateway| {

@@ -166,36 +166,52 @@ impl Recycler {
             .as_ref()
             .map(|g| g.intermediate_deployments().to_vec())
             .unwrap_or_default();
-        let mut facts = SideFacts {
-            old_deployment: old.to_owned(),
-            new_deployment: new.clone(),
-            ..SideFacts::default()
-        };
-        for (name, slot) in [(old, &mut facts.old), (new.as_str(), &mut facts.new)] {
-            let deployment = world.deployment(name);
-            let pod = world.deployment_pods(name).into_iter().next();
-            let pod = match pod {
-                Some(p) => Some(PodFacts {
-                    excluded: is_excluded(&p),
-                    nsm_ip: nsm_ip_of(&self.sidecars, &p).await,
-                }),
-                None => None,
-            };
-            *slot = DeploymentFacts {
-                present: deployment.is_some(),
-                intermediate: intermediate.iter().any(|d| d == name),
-                marked_for_deletion: deployment.as_deref().is_some_and(is_marked_for_deletion),
-                pod,
-            };
-        }
+        // The sidecar calls of the two deployments (and then of the two routes) are independent:
+        // made at once, a pass costs two gRPC round trips instead of four.
+        let (old_facts, new_facts) = futures::join!(
+            self.deployment_facts(world, old, &intermediate),
+            self.deployment_facts(world, &new, &intermediate),
+        );
         let router = gw
             .as_deref()
             .and_then(|g| self.side(world, gateway).router_and_subnet(g).ok());
         let nsm = |d: &DeploymentFacts| d.pod.as_ref().and_then(|p| p.nsm_ip.clone());
-        let (new_ip, old_ip) = (nsm(&facts.new), nsm(&facts.old));
-        facts.route_via_new = self.probe(router.as_ref(), new_ip.as_deref()).await;
-        facts.route_via_old = self.probe(router.as_ref(), old_ip.as_deref()).await;
-        facts
+        let (new_ip, old_ip) = (nsm(&new_facts), nsm(&old_facts));
+        let (route_via_new, route_via_old) = futures::join!(
+            self.probe(router.as_ref(), new_ip.as_deref()),
+            self.probe(router.as_ref(), old_ip.as_deref()),
+        );
+        SideFacts {
+            old_deployment: old.to_owned(),
+            new_deployment: new,
+            old: old_facts,
+            new: new_facts,
+            route_via_new,
+            route_via_old,
+        }
+    }
+
+    /// One deployment's facts: from the caches, and its pod's NSM IP from its sidecar.
+    async fn deployment_facts(
+        &self,
+        world: &World,
+        name: &str,
+        intermediate: &[String],
+    ) -> DeploymentFacts {
+        let deployment = world.deployment(name);
+        let pod = match world.deployment_pods(name).into_iter().next() {
+            Some(p) => Some(PodFacts {
+                excluded: is_excluded(&p),
+                nsm_ip: nsm_ip_of(&self.sidecars, &p).await,
+            }),
+            None => None,
+        };
+        DeploymentFacts {
+            present: deployment.is_some(),
+            intermediate: intermediate.iter().any(|d| d == name),
+            marked_for_deletion: deployment.as_deref().is_some_and(is_marked_for_deletion),
+            pod,
+        }
     }
 
     async fn probe(&self, router: Option<&(String, String)>, nsm_ip: Option<&str>) -> RouteProbe {
