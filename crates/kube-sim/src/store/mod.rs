@@ -5,6 +5,7 @@
 //! object map, the uid and owner indexes and the history share each object's key (`key`) and
 //! JSON, so an object costs its JSON plus a few hundred bytes of pointers (tests/memory.rs).
 
+mod decoded;
 mod key;
 mod stored;
 
@@ -99,6 +100,8 @@ pub struct Store {
     /// Why the sink last refused an event, until `take_failure`.
     failure: Option<String>,
     compactor: Option<Compactor>,
+    /// Trees of the objects read through `list_values` (the workload simulation's kinds).
+    decoded: decoded::DecodedCache,
 }
 
 impl Store {
@@ -116,6 +119,7 @@ impl Store {
             sink: None,
             failure: None,
             compactor: None,
+            decoded: decoded::DecodedCache::default(),
         }
     }
 
@@ -200,14 +204,16 @@ impl Store {
         self.get_stored(key, obj).is_some()
     }
 
-    /// Objects of a resource in key order, decoded, optionally within one namespace.
+    /// Objects of a resource in key order, decoded, optionally within one namespace. Each object
+    /// is decoded once per change ([`decoded`]).
     pub fn list_values<'a>(
         &'a self,
         key: &StorageKey,
         namespace: Option<&'a str>,
     ) -> impl Iterator<Item = (&'a ObjName, Arc<Value>)> + 'a {
-        self.list(key, namespace)
-            .map(|(k, s)| (k, Arc::new(s.value())))
+        let listed: Vec<(&ObjName, &Stored)> = self.list(key, namespace).collect();
+        let values = self.decoded.values(key, namespace.is_none(), &listed);
+        listed.into_iter().map(|(name, _)| name).zip(values)
     }
 
     /// Objects of a resource in key order, as stored, optionally within one namespace.
@@ -493,5 +499,44 @@ mod tests {
         assert_eq!(gone["metadata"]["resourceVersion"], (start + 6).to_string());
         assert_eq!(s.list(&key(), Some("default")).count(), 4);
         assert_eq!(s.list(&key(), Some("other")).count(), 0);
+    }
+
+    #[test]
+    fn listed_values_are_decoded_once_per_change_and_forgotten_when_gone() {
+        let mut s = Store::new(10);
+        for name in ["a", "b"] {
+            s.put(
+                &key(),
+                json!({"metadata": {"namespace": "default", "name": name}, "data": {"v": "1"}}),
+            );
+        }
+        let list = |s: &Store| -> Vec<Arc<Value>> {
+            s.list_values(&key(), None).map(|(_, v)| v).collect()
+        };
+        let first = list(&s);
+        let again = list(&s);
+        assert!(Arc::ptr_eq(&first[0], &again[0]) && Arc::ptr_eq(&first[1], &again[1]));
+
+        s.put(
+            &key(),
+            json!({"metadata": {"namespace": "default", "name": "a"}, "data": {"v": "2"}}),
+        );
+        let changed = list(&s);
+        assert_eq!(
+            changed[0]["data"]["v"], "2",
+            "a changed object is decoded again"
+        );
+        assert!(
+            Arc::ptr_eq(&changed[1], &first[1]),
+            "the unchanged one is reused"
+        );
+
+        s.remove(&key(), &("default".into(), "b".into()));
+        assert_eq!(list(&s).len(), 1);
+        assert_eq!(
+            s.decoded.len(&key()),
+            1,
+            "a removed object's tree is dropped"
+        );
     }
 }

@@ -20,6 +20,12 @@ impl Stored {
         &self.0
     }
 
+    /// Whether both hold the very same JSON allocation (one write's bytes), not merely equal
+    /// bytes.
+    pub fn same_allocation(&self, other: &Stored) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// The JSON as `Bytes` sharing this allocation (no copy).
     pub fn to_bytes(&self) -> Bytes {
         Bytes::from_owner(self.clone())
