@@ -10,7 +10,7 @@
 //!   unbounded task per Node for the Ready patch (the simulated provider's);
 //! - writes and reads (get, list, watch) per machine, the controller's and the floor's, both
 //!   counted by kube-sim (the bench's own completion watch left out by its User-Agent), and
-//!   writes in steady state (target 0);
+//!   writes in steady state (from 1 s after convergence; target 0);
 //! - the controller's peak RSS.
 
 use std::collections::HashSet;
@@ -54,6 +54,8 @@ pub struct Args {
 }
 
 const TIMEOUT: Duration = Duration::from_secs(900);
+/// From convergence to the start of the steady-state count.
+const SETTLE: Duration = Duration::from_secs(1);
 const NS: &str = "default";
 /// The floor client's User-Agent product, as kube-sim's accounting names it.
 const FLOOR_AGENT: &str = "capstan-bench-floor";
@@ -271,9 +273,21 @@ async fn controller_run(bin_dir: &Path, scratch: &Path, shape: Shape) -> Result<
         CONTROLLER_AGENT,
     );
 
+    // Steady state starts once the last trailing reaction of convergence is done: the simulated
+    // provider patches a Node Ready in a task of its own, so a Machine can turn Running just before
+    // its Node's conditions arrive and are copied into its status.
+    tokio::time::sleep(SETTLE).await;
     let writes_before = cluster.writes();
+    let steady_before = cluster.sim.requests();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let steady_writes = cluster.writes() - writes_before;
+    if steady_writes > 0 {
+        let writes = cluster.sim.requests().since(&steady_before);
+        eprintln!(
+            "machineclass bench: writes in steady state: {}",
+            by_write(&writes)
+        );
+    }
     let peak_rss = controller.peak_rss()?;
     controller.stop().await?;
     Ok(Run {
@@ -478,4 +492,22 @@ fn wait_for_convergence(
         }
         Ok(samples.points)
     })
+}
+
+/// The writes among `requests`, as `client verb resource[/subresource] xN`.
+fn by_write(requests: &RequestStats) -> String {
+    let writes: Vec<String> = requests
+        .counts
+        .iter()
+        .filter(|(k, _)| !matches!(k.verb.as_str(), "get" | "list" | "watch"))
+        .map(|(k, n)| {
+            let sub = if k.subresource.is_empty() {
+                String::new()
+            } else {
+                format!("/{}", k.subresource)
+            };
+            format!("{} {} {}{sub} x{n}", k.client, k.verb, k.resource)
+        })
+        .collect();
+    writes.join(", ")
 }
