@@ -8,6 +8,7 @@
 
 pub mod kernel;
 pub mod memory;
+pub mod writer;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -159,15 +160,15 @@ async fn apply(
 #[derive(Clone)]
 pub struct RouterSidecar {
     backend: Arc<dyn RouterBackend>,
-    /// Serialises read-plan-write so that concurrent updates cannot interleave.
-    writes: Arc<tokio::sync::Mutex<()>>,
+    /// Route changes go through one writer, in arrival order (see [`writer`]).
+    writer: writer::RouteWriter,
 }
 
 impl RouterSidecar {
     pub fn new(backend: Arc<dyn RouterBackend>) -> Self {
         Self {
+            writer: writer::RouteWriter::new(backend.clone()),
             backend,
-            writes: Arc::default(),
         }
     }
 
@@ -175,25 +176,12 @@ impl RouterSidecar {
         SliceRouterSidecarServiceServer::new(self)
     }
 
-    /// Runs read-plan-write under the write lock in its own task: once a change has
-    /// started it completes even if the caller goes away, so routes are never half-updated.
+    /// Plans and applies a change to the route to `dst` through the writer.
     async fn change_route<F>(&self, dst: Cidr, plan: F) -> Result<RouteChange, Status>
     where
         F: FnOnce(Option<&NextHops>) -> RouteChange + Send + 'static,
     {
-        let backend = self.backend.clone();
-        let writes = self.writes.clone();
-        let task = tokio::spawn(async move {
-            let _guard = writes.lock().await;
-            let current = backend.next_hops(dst).await?;
-            let change = plan(current.as_ref());
-            apply(backend.as_ref(), dst, change.clone()).await?;
-            Ok::<_, BackendError>(change)
-        });
-        let change = task
-            .await
-            .map_err(|error| Status::internal(format!("route update task failed: {error}")))??;
-        Ok(change)
+        self.writer.change(dst, Box::new(plan)).await
     }
 }
 
