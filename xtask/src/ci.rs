@@ -91,9 +91,16 @@ fn step(name: &str, gate: impl FnOnce() -> Result<()>) -> Result<()> {
     gate().with_context(|| format!("ci step failed: {name}"))
 }
 
-/// Runs cargo (the same toolchain that runs xtask) from the workspace root.
+/// Runs cargo (the same toolchain that runs xtask) from the workspace root, in the environment
+/// of the shell that ran `cargo xtask` (see [`set_by_cargo_run`]).
 pub fn cargo(args: &[&str]) -> Result<()> {
-    let status = Command::new(env!("CARGO"))
+    let mut command = Command::new(env!("CARGO"));
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_run) {
+            command.env_remove(name);
+        }
+    }
+    let status = command
         .args(args)
         .current_dir(crate::workspace_root())
         .status()
@@ -102,4 +109,42 @@ pub fn cargo(args: &[&str]) -> Result<()> {
         bail!("cargo {} exited with {status}", args.join(" "));
     }
     Ok(())
+}
+
+/// The variables `cargo run` sets for the program it runs (xtask's package name, version,
+/// manifest). A cargo started with them sees another environment than the one that built xtask,
+/// and build scripts that watch them run again: ring's watches `CARGO_PKG_NAME`, so a fresh
+/// clone's `cargo xtask demo` compiled ring, rustls, kube, tonic and our crates twice.
+fn set_by_cargo_run(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_MANIFEST_")
+        || matches!(
+            name,
+            "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE"
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::set_by_cargo_run;
+
+    #[test]
+    fn only_what_cargo_run_sets_for_xtask_is_dropped() {
+        for name in [
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION_MAJOR",
+            "CARGO_MANIFEST_DIR",
+        ] {
+            assert!(set_by_cargo_run(name), "{name}");
+        }
+        // The user's own settings reach the inner cargo.
+        for name in [
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_INCREMENTAL",
+            "RUSTFLAGS",
+        ] {
+            assert!(!set_by_cargo_run(name), "{name}");
+        }
+    }
 }
