@@ -1,8 +1,9 @@
 //! kube-sim's cost per request, against a floor served by the same HTTP stack in the same run.
 //!
-//! The floor is an axum server on loopback that answers each request with a ready-made body of
-//! the size kube-sim would send, so `kube-sim / floor` is what the API-server logic (validation,
-//! storage, resourceVersions, serialization, watch fan-out) adds to transport and client costs.
+//! The floor is an axum server on loopback that answers each request with kube-sim's own response
+//! bytes (captured in the same run), driven by the same typed kube-rs calls, so `kube-sim / floor`
+//! is what the API-server logic (validation, storage, resourceVersions, serialization) adds to
+//! transport and client costs.
 //! Reported: creates/s, a list of N objects, watch fan-out to W watchers under a write rate,
 //! resident memory per stored object, and creates/s with `--data-dir` against the in-memory rate.
 
@@ -56,46 +57,20 @@ pub async fn run(args: &Args) -> Result<Report> {
     let create =
         timed_batches(n, |range| create_config_maps(&api, range, args.concurrency)).await?;
 
-    // Floor: the same requests answered with ready-made bodies by axum on loopback.
-    let one = serde_json::to_vec(&config_map(0, 0))?;
-    let floor = Floor::start(one.len(), n).await?;
-    let floor_client = floor.client()?;
+    let list_time = timed_lists(&api, n).await?;
+
+    // Floor: axum on loopback answering the same requests with kube-sim's own response bytes (one
+    // created object, the list), driven by the same typed calls: what is left is kube-sim's work
+    // between reading a request and writing its response.
+    let one = raw_get(&client, "/api/v1/namespaces/default/configmaps/cm-00000").await?;
+    let listed = raw_get(&client, "/api/v1/namespaces/default/configmaps").await?;
+    let floor = Floor::start(one, listed).await?;
+    let floor_api: Api<ConfigMap> = Api::namespaced(floor.client()?, "default");
     let floor_create = timed_batches(n, |range| {
-        let client = floor_client.clone();
-        for_each_concurrent(range, args.concurrency, move |i| {
-            let client = client.clone();
-            async move {
-                post(
-                    &client,
-                    "/api/v1/namespaces/default/configmaps",
-                    &config_map(i, 0),
-                )
-                .await
-            }
-        })
+        create_config_maps(&floor_api, range, args.concurrency)
     })
     .await?;
-    let mut floor_lists = Vec::new();
-    for _ in 0..SAMPLES {
-        let started = Instant::now();
-        let listed: serde_json::Value = floor_client
-            .request(http::Request::get("/api/v1/namespaces/default/configmaps").body(Vec::new())?)
-            .await?;
-        floor_lists.push(started.elapsed());
-        drop(listed);
-    }
-    let floor_list = median(&floor_lists);
-
-    let mut lists = Vec::new();
-    for _ in 0..SAMPLES {
-        let started = Instant::now();
-        let list = api.list(&ListParams::default()).await?;
-        lists.push(started.elapsed());
-        if list.items.len() != n {
-            bail!("listed {} of {n} objects", list.items.len());
-        }
-    }
-    let list_time = median(&lists);
+    let floor_list = timed_lists(&floor_api, n).await?;
 
     report.row(
         "creates/s",
@@ -122,7 +97,7 @@ pub async fn run(args: &Args) -> Result<Report> {
              fresh process, after a warm-up; target <= 2x",
             per_object / memory.stored_json as f64,
             memory.stored_json,
-            one.len(),
+            serde_json::to_vec(&config_map(0, 0))?.len(),
             memory.objects
         ),
     );
@@ -315,12 +290,26 @@ fn config_map(i: usize, round: usize) -> ConfigMap {
     .unwrap_or_default()
 }
 
-async fn post(client: &kube::Client, path: &str, body: &ConfigMap) -> Result<(), kube::Error> {
-    let request = http::Request::post(path)
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(body).map_err(kube::Error::SerdeError)?)
-        .map_err(kube::Error::HttpError)?;
-    client.request::<serde_json::Value>(request).await.map(drop)
+/// The median of [`SAMPLES`] typed lists of `api`, each checked to hold `n` objects.
+async fn timed_lists(api: &Api<ConfigMap>, n: usize) -> Result<Duration> {
+    let mut lists = Vec::new();
+    for _ in 0..SAMPLES {
+        let started = Instant::now();
+        let list = api.list(&ListParams::default()).await?;
+        lists.push(started.elapsed());
+        if list.items.len() != n {
+            bail!("listed {} of {n} objects", list.items.len());
+        }
+    }
+    Ok(median(&lists))
+}
+
+/// A response body exactly as the server sent it.
+async fn raw_get(client: &kube::Client, path: &str) -> Result<bytes::Bytes> {
+    let text = client
+        .request_text(http::Request::get(path).body(Vec::new())?)
+        .await?;
+    Ok(bytes::Bytes::from(text))
 }
 
 /// Timed samples per figure (list) and batches per create run: times are their medians.
@@ -427,22 +416,14 @@ fn rss() -> Result<u64> {
         * 1024)
 }
 
-/// An axum server answering POSTs with one object's bytes and GETs with a list of `n` of them.
+/// An axum server answering POSTs with one object's bytes and GETs with a list's.
 struct Floor {
     addr: std::net::SocketAddr,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Floor {
-    async fn start(object_len: usize, n: usize) -> Result<Self> {
-        let object = serde_json::to_vec(&config_map(0, 0))?;
-        debug_assert_eq!(object.len(), object_len);
-        let items: Vec<ConfigMap> = (0..n).map(|i| config_map(i, 0)).collect();
-        let list = serde_json::to_vec(
-            &json!({"apiVersion": "v1", "kind": "ConfigMapList", "metadata": {"resourceVersion": "1"}, "items": items}),
-        )?;
-        let object = bytes::Bytes::from(object);
-        let list = bytes::Bytes::from(list);
+    async fn start(object: bytes::Bytes, list: bytes::Bytes) -> Result<Self> {
         let app = axum::Router::new().route(
             "/api/v1/namespaces/default/configmaps",
             axum::routing::post(move || {
