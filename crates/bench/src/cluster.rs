@@ -151,3 +151,21 @@ impl Controller {
         Ok(())
     }
 }
+
+/// The writes among `requests`, as `client verb resource[/subresource] xN`.
+pub fn by_write(requests: &RequestStats) -> String {
+    let writes: Vec<String> = requests
+        .counts
+        .iter()
+        .filter(|(k, _)| !matches!(k.verb.as_str(), "get" | "list" | "watch"))
+        .map(|(k, n)| {
+            let sub = if k.subresource.is_empty() {
+                String::new()
+            } else {
+                format!("/{}", k.subresource)
+            };
+            format!("{} {} {}{sub} x{n}", k.client, k.verb, k.resource)
+        })
+        .collect();
+    writes.join(", ")
+}

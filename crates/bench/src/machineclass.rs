@@ -28,7 +28,7 @@ use kube_sim::accounting::RequestStats;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
-use crate::cluster::{Cluster, Controller, by_verb, for_each_concurrent};
+use crate::cluster::{Cluster, Controller, by_verb, by_write, for_each_concurrent};
 use crate::report::{Report, Samples, ScalePoint, Series, median, since};
 
 #[derive(clap::Args)]
@@ -492,22 +492,4 @@ fn wait_for_convergence(
         }
         Ok(samples.points)
     })
-}
-
-/// The writes among `requests`, as `client verb resource[/subresource] xN`.
-fn by_write(requests: &RequestStats) -> String {
-    let writes: Vec<String> = requests
-        .counts
-        .iter()
-        .filter(|(k, _)| !matches!(k.verb.as_str(), "get" | "list" | "watch"))
-        .map(|(k, n)| {
-            let sub = if k.subresource.is_empty() {
-                String::new()
-            } else {
-                format!("/{}", k.subresource)
-            };
-            format!("{} {} {}{sub} x{n}", k.client, k.verb, k.resource)
-        })
-        .collect();
-    writes.join(", ")
 }
