@@ -45,6 +45,18 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     capstan_apis::duration::parse_go(text).map_err(|e| e.to_string())
 }
 
+/// A duration that must be more than zero: a step timeout or a sidecar call timeout of 0 would
+/// fail every wait or call at once.
+fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    let duration = parse_duration(text)?;
+    if duration.is_zero() {
+        return Err(format!(
+            "must be more than 0 ({text:?} would fail every wait at once)"
+        ));
+    }
+    Ok(duration)
+}
+
 /// Replaces slice gateway deployments make-before-break through a WorkerSliceGwRecycler state
 /// machine on the hub cluster (KubeSlice worker-operator compatible), and reconciles the local
 /// slice gateways' deployments, pod status and router next hops. Run one per worker cluster.
@@ -71,7 +83,7 @@ pub struct Args {
     pub namespace: String,
 
     /// A waiting recycle step older than this fails into error_state (Go duration).
-    #[arg(long, env = "STEP_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, env = "STEP_TIMEOUT", default_value = "5m", value_parser = parse_positive_duration)]
     pub step_timeout: Duration,
 
     /// Pause between moving the routes and removing the old gateway (Go duration).
@@ -100,7 +112,7 @@ pub struct Args {
     pub sidecar_port: u16,
 
     /// Timeout of one sidecar call (Go duration).
-    #[arg(long, env = "SIDECAR_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, env = "SIDECAR_TIMEOUT", default_value = "2s", value_parser = parse_positive_duration)]
     pub sidecar_timeout: Duration,
 
     /// Recycle a gateway whose node holds more gateway pods than its share
@@ -133,5 +145,25 @@ mod tests {
         assert!(text.contains("must be at least 1"), "{text}");
         let args = Args::try_parse_from(["gw-recycler", "--gateway-instances", "3"]).expect("3");
         assert_eq!(args.gateway_instances, 3);
+    }
+
+    #[test]
+    fn a_zero_timeout_is_refused_naming_the_flag_and_zero_delays_are_kept() {
+        for flag in ["--step-timeout", "--sidecar-timeout"] {
+            let err = Args::try_parse_from(["gw-recycler", flag, "0s"])
+                .expect_err("a zero timeout fails every wait at once");
+            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
+            let text = err.to_string();
+            assert!(text.contains(flag), "{text}");
+            assert!(text.contains("must be more than 0"), "{text}");
+        }
+        // No drain, and deleting a finished recycle at once, are meaningful choices.
+        let args =
+            Args::try_parse_from(["gw-recycler", "--drain-delay", "0s", "--retention", "0s"])
+                .expect("zero delays");
+        assert!(args.drain_delay.is_zero() && args.retention.is_zero());
+        let err = Args::try_parse_from(["gw-recycler", "--step-timeout", "5"])
+            .expect_err("a unitless duration");
+        assert!(err.to_string().contains("--step-timeout"), "{err}");
     }
 }
