@@ -7,7 +7,8 @@
 //! Missed runs are not caught up one by one: only the most recent runs, as upstream does.
 
 use super::{PassReport, WorkloadError, all, controller_uid, deleting, name, namespace, opts, uid};
-use crate::cluster::{Cluster, DeleteOptions, Sub};
+use super::{has_condition, write_status};
+use crate::cluster::{Cluster, DeleteOptions};
 use crate::registry::ResourceInfo;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
@@ -72,12 +73,9 @@ fn rfc3339(t: Timestamp) -> String {
 }
 
 fn job_finished(job: &Value) -> Option<&'static str> {
-    let conditions = job["status"]["conditions"].as_array()?;
-    ["Complete", "Failed"].into_iter().find(|kind| {
-        conditions
-            .iter()
-            .any(|c| c["type"] == *kind && c["status"] == "True")
-    })
+    ["Complete", "Failed"]
+        .into_iter()
+        .find(|kind| has_condition(job, kind))
 }
 
 /// CronJobs -> Jobs and status; returns the earliest time a schedule next fires, so the
@@ -206,20 +204,9 @@ pub(super) fn sync(
         } else {
             status["active"] = json!(refs);
         }
-        if cronjob["status"] != status && !(cronjob["status"].is_null() && status == json!({})) {
-            let mut updated = (*cronjob).clone();
-            updated["status"] = status;
-            cluster
-                .update(
-                    cronjobs,
-                    namespace(&cronjob),
-                    name(&cronjob),
-                    updated,
-                    Sub::Status,
-                    &opts(MANAGER),
-                )
-                .map_err(|e| super::write_err("a CronJob status", &e))?;
-            report.writes += 1;
+        // A CronJob never scheduled has no status yet: an empty one is not a change.
+        if !(cronjob["status"].is_null() && status == json!({})) {
+            write_status(cluster, cronjobs, &cronjob, status, MANAGER, report)?;
         }
     }
     Ok(wake)

@@ -5,11 +5,12 @@
 //! ControllerRevision per template (`controller_revision`) for `kubectl rollout history|undo`.
 
 use super::controller_revision::{self, HASH_LABEL};
+use super::write_status;
 use super::{
     PassReport, WorkloadError, all, controller_uid, deleting, name, namespace, opts, pod_ready,
     strip_zeroes, uid, write_err,
 };
-use crate::cluster::{Cluster, DeleteOptions, Sub};
+use crate::cluster::{Cluster, DeleteOptions};
 use crate::registry::ResourceInfo;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -281,21 +282,7 @@ fn sync_status(
     if let (Some(s), Some(o)) = (status.as_object_mut(), optional.as_object()) {
         s.extend(o.clone());
     }
-    if ds["status"] != status {
-        let mut updated_ds = ds.clone();
-        updated_ds["status"] = status;
-        cluster
-            .update(
-                daemonsets,
-                namespace(ds),
-                name(ds),
-                updated_ds,
-                Sub::Status,
-                &opts(MANAGER),
-            )
-            .map_err(|e| write_err("a DaemonSet status", &e))?;
-        report.writes += 1;
-    }
+    write_status(cluster, daemonsets, ds, status, MANAGER, report)?;
     Ok(())
 }
 

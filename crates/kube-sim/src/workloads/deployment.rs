@@ -3,6 +3,7 @@
 //! (replica counts, `Available` and `Progressing` conditions) summed over its ReplicaSets.
 
 use super::replicaset::owned_pod_counts;
+use super::write_status;
 use super::{
     Infos, PassReport, WorkloadError, all, controller_uid, deleting, name, namespace, opts,
     owner_ref, replicas, strip_zeroes, uid, write_err,
@@ -215,21 +216,7 @@ pub(super) fn sync_status(
             ],
         });
         strip_zeroes(&mut status);
-        if d["status"] != status {
-            let mut updated = (*d).clone();
-            updated["status"] = status;
-            cluster
-                .update(
-                    &i.deployments,
-                    namespace(&d),
-                    name(&d),
-                    updated,
-                    Sub::Status,
-                    &opts(MANAGER),
-                )
-                .map_err(|e| write_err("a Deployment status", &e))?;
-            report.writes += 1;
-        }
+        write_status(cluster, &i.deployments, &d, status, MANAGER, report)?;
     }
     Ok(())
 }

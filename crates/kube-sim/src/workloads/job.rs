@@ -11,7 +11,8 @@ use super::{
     PassReport, WorkloadError, all, controller_uid, deleting, name, namespace, opts, pod_ready,
     uid, write_err,
 };
-use crate::cluster::{Cluster, DeleteOptions, Sub};
+use super::{condition_true, has_condition, write_status};
+use crate::cluster::{Cluster, DeleteOptions};
 use crate::registry::ResourceInfo;
 use crate::util;
 use serde_json::{Value, json};
@@ -41,14 +42,6 @@ pub(super) fn runs_to_completion(pod: &Value) -> bool {
 
 fn phase(pod: &Value) -> &str {
     pod["status"]["phase"].as_str().unwrap_or_default()
-}
-
-fn has_condition(job: &Value, kind: &str) -> bool {
-    job["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == kind && c["status"] == "True")
 }
 
 fn finished(job: &Value) -> bool {
@@ -120,13 +113,8 @@ pub(super) fn sync(
             status = json!({});
         }
         let mut conditions = status["conditions"].as_array().cloned().unwrap_or_default();
-        let has = |conditions: &[Value], kind: &str| {
-            conditions
-                .iter()
-                .any(|c| c["type"] == kind && c["status"] == "True")
-        };
         let mut active_now = active.len() as i64;
-        if !has(&conditions, "FailureTarget") {
+        if !condition_true(&conditions, "FailureTarget") {
             if let Some(message) = &fail_job {
                 conditions.push(condition(
                     "FailureTarget",
@@ -137,10 +125,11 @@ pub(super) fn sync(
                 conditions.push(condition("FailureTarget", BACKOFF_LIMIT_EXCEEDED, &now));
             }
         }
-        if succeeded >= completions && !has(&conditions, "SuccessCriteriaMet") {
+        if succeeded >= completions && !condition_true(&conditions, "SuccessCriteriaMet") {
             conditions.push(condition("SuccessCriteriaMet", COMPLETIONS_REACHED, &now));
         }
-        let ending = has(&conditions, "FailureTarget") || has(&conditions, "SuccessCriteriaMet");
+        let ending = condition_true(&conditions, "FailureTarget")
+            || condition_true(&conditions, "SuccessCriteriaMet");
         if ending {
             // Whatever still runs is stopped.
             for p in &active {
@@ -215,21 +204,7 @@ pub(super) fn sync(
                 object.insert("conditions".into(), json!(conditions));
             }
         }
-        if job["status"] != status {
-            let mut updated = (*job).clone();
-            updated["status"] = status;
-            cluster
-                .update(
-                    jobs,
-                    namespace(&job),
-                    name(&job),
-                    updated,
-                    Sub::Status,
-                    &opts(MANAGER),
-                )
-                .map_err(|e| write_err("a Job status", &e))?;
-            report.writes += 1;
-        }
+        write_status(cluster, jobs, &job, status, MANAGER, report)?;
     }
     Ok(())
 }

@@ -110,20 +110,56 @@ fn replicas(obj: &Value) -> i64 {
     obj["spec"]["replicas"].as_i64().unwrap_or(1).max(0)
 }
 
-fn node_ready(node: &Value) -> bool {
-    node["status"]["conditions"]
+/// Whether `conditions` hold one of type `kind` with status "True".
+fn condition_true(conditions: &[Value], kind: &str) -> bool {
+    conditions
+        .iter()
+        .any(|c| c["type"] == kind && c["status"] == "True")
+}
+
+/// Whether the object's `status.conditions` hold `kind` True.
+fn has_condition(obj: &Value, kind: &str) -> bool {
+    obj["status"]["conditions"]
         .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        .is_some_and(|conditions| condition_true(conditions, kind))
+}
+
+fn node_ready(node: &Value) -> bool {
+    has_condition(node, "Ready")
 }
 
 fn pod_ready(pod: &Value) -> bool {
-    pod["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    has_condition(pod, "Ready")
+}
+
+/// Writes `status` to the status subresource of `obj` (of `info`) as `manager`, when it differs
+/// from what `obj` holds: each controller computes the whole status, and an unchanged one is no
+/// write.
+fn write_status(
+    cluster: &mut Cluster,
+    info: &ResourceInfo,
+    obj: &Value,
+    status: Value,
+    manager: &str,
+    report: &mut PassReport,
+) -> Result<(), WorkloadError> {
+    if obj["status"] == status {
+        return Ok(());
+    }
+    let mut updated = obj.clone();
+    updated["status"] = status;
+    cluster
+        .update(
+            info,
+            namespace(obj),
+            name(obj),
+            updated,
+            crate::cluster::Sub::Status,
+            &opts(manager),
+        )
+        .map_err(|e| write_err(&format!("a {} status", info.kind), &e))?;
+    report.writes += 1;
+    Ok(())
 }
 
 /// What the simulation writes, for logging and tests.
@@ -623,14 +659,7 @@ mod tests {
             )
             .expect("job");
         assert_eq!(job["status"]["succeeded"], 1, "{job}");
-        assert!(
-            job["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["type"] == "Complete" && c["status"] == "True"),
-            "{job}"
-        );
+        assert!(has_condition(&job, "Complete"), "{job}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! containers the kubelet really runs (`--exec-images`, see `crate::kubelet`), what their
 //! processes do.
 
+use super::write_status;
 use super::{
     Infos, PassReport, Simulation, WorkloadError, all, deleting, name, namespace, node_ready, opts,
     write_err,
@@ -201,20 +202,7 @@ pub(super) fn sync(
         } else {
             running_status(&pod, ip, &host_ip, node_up)
         };
-        if pod["status"] != status {
-            pod["status"] = status;
-            cluster
-                .update(
-                    &i.pods,
-                    namespace(&pod),
-                    name(&pod),
-                    pod.clone(),
-                    Sub::Status,
-                    &opts("kubelet"),
-                )
-                .map_err(|e| write_err("a Pod status", &e))?;
-            report.writes += 1;
-        }
+        write_status(cluster, &i.pods, &pod, status, "kubelet", report)?;
     }
     // Deleted pods' processes stop (SIGTERM, then SIGKILL after the grace period).
     sim.kubelet.stop_missing(&live);

@@ -2,11 +2,12 @@
 //! deleted first when scaling down) and reports `replicas`/`readyReplicas`/... in the status.
 //! ReplicationControllers are kept the same way (see [`sync_pods`]'s `owner_kind`).
 
+use super::write_status;
 use super::{
     PassReport, WorkloadError, all, controller_uid, deleting, name, namespace, opts, owner_ref,
     pod_ready, replicas, strip_zeroes, uid, write_err,
 };
-use crate::cluster::{Cluster, DeleteOptions, Sub};
+use crate::cluster::{Cluster, DeleteOptions};
 use crate::registry::ResourceInfo;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -106,22 +107,7 @@ pub(super) fn sync_status(
             "readyReplicas": ready, "availableReplicas": ready,
             "observedGeneration": rs["metadata"]["generation"].as_i64().unwrap_or(1)});
         strip_zeroes(&mut status);
-        if rs["status"] != status {
-            let mut updated = (*rs).clone();
-            updated["status"] = status;
-            let what = format!("a {} status", owners.kind);
-            cluster
-                .update(
-                    owners,
-                    namespace(&rs),
-                    name(&rs),
-                    updated,
-                    Sub::Status,
-                    &opts(MANAGER),
-                )
-                .map_err(|e| write_err(&what, &e))?;
-            report.writes += 1;
-        }
+        write_status(cluster, owners, &rs, status, MANAGER, report)?;
     }
     Ok(())
 }
