@@ -20,6 +20,8 @@ const BINARIES: [(&str, &str); 7] = [
 ];
 /// The dev-profile image's local name (`cargo xtask image --profile dev`).
 const LOCAL_NAME: &str = "ghcr.io/capstan/capstan:0.1.0-dev";
+/// The image's user (distroless "nonroot"), as the chart runs it.
+const NON_ROOT: &str = "65532:65532";
 
 fn run(cmd: &mut Command) -> Output {
     let shown = format!("{cmd:?}");
@@ -35,6 +37,19 @@ fn run(cmd: &mut Command) -> Output {
 
 /// Removes the working container even when an assertion fails.
 struct WorkingContainer(String);
+
+impl WorkingContainer {
+    /// `buildah run` of `argv` in the container, as `user` (the image's own, root, when `None`).
+    fn command(&self, user: Option<&str>, argv: &[&str]) -> Command {
+        let mut cmd = Command::new("buildah");
+        cmd.args(["run", "--isolation=chroot"]);
+        if let Some(user) = user {
+            cmd.args(["--user", user]);
+        }
+        cmd.arg(&self.0).arg("--").args(argv);
+        cmd
+    }
+}
 
 impl Drop for WorkingContainer {
     fn drop(&mut self) {
@@ -83,21 +98,13 @@ fn every_binary_answers_help_inside_the_image_as_the_non_root_user() {
         "{{.OCIv1.Config.User}}",
         LOCAL_NAME,
     ]));
-    assert_eq!(String::from_utf8_lossy(&user.stdout).trim(), "65532:65532");
+    assert_eq!(String::from_utf8_lossy(&user.stdout).trim(), NON_ROOT);
 
     let container = run(Command::new("buildah").args(["from", "--pull-never", LOCAL_NAME]));
     let container = WorkingContainer(String::from_utf8_lossy(&container.stdout).trim().to_owned());
     for (_, binary) in BINARIES {
-        let out = run(Command::new("buildah").args([
-            "run",
-            "--isolation=chroot",
-            "--user",
-            "65532:65532",
-            &container.0,
-            "--",
-            &format!("/usr/local/bin/{binary}"),
-            "--help",
-        ]));
+        let path = format!("/usr/local/bin/{binary}");
+        let out = run(&mut container.command(Some(NON_ROOT), &[&path, "--help"]));
         let help = String::from_utf8_lossy(&out.stdout);
         assert!(
             help.contains("Usage:") && help.contains(binary),
@@ -107,47 +114,19 @@ fn every_binary_answers_help_inside_the_image_as_the_non_root_user() {
     // The gw-sidecar's kernel backend runs `tc` by name for QoS (crates/sidecar-shim/src/gw/kernel.rs):
     // it must be on the image's PATH, start with the libraries the image carries, and read the
     // kernel's qdiscs as the backend does (`tc -j qdisc show dev IF`, JSON).
-    let version = run(Command::new("buildah").args([
-        "run",
-        "--isolation=chroot",
-        "--user",
-        "65532:65532",
-        &container.0,
-        "--",
-        "tc",
-        "-V",
-    ]));
+    let version = run(&mut container.command(Some(NON_ROOT), &["tc", "-V"]));
     let version = String::from_utf8_lossy(&version.stdout);
     assert!(
         version.contains("tc utility, iproute2-"),
         "tc -V in the image printed: {version}"
     );
-    let qdiscs = run(Command::new("buildah").args([
-        "run",
-        "--isolation=chroot",
-        &container.0,
-        "--",
-        "tc",
-        "-j",
-        "qdisc",
-        "show",
-        "dev",
-        "lo",
-    ]));
+    let qdiscs = run(&mut container.command(None, &["tc", "-j", "qdisc", "show", "dev", "lo"]));
     let qdiscs: serde_json::Value = serde_json::from_slice(&qdiscs.stdout)
         .unwrap_or_else(|e| panic!("tc -j qdisc show in the image: {e}: {qdiscs:?}"));
     assert!(qdiscs.is_array(), "tc -j qdisc show printed {qdiscs}");
     // The image is the binaries, their libraries and /etc: no shell to exec into.
-    let shell = Command::new("buildah")
-        .args([
-            "run",
-            "--isolation=chroot",
-            &container.0,
-            "--",
-            "/bin/sh",
-            "-c",
-            "true",
-        ])
+    let shell = container
+        .command(None, &["/bin/sh", "-c", "true"])
         .output()
         .expect("buildah runs");
     assert!(

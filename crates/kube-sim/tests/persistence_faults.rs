@@ -49,10 +49,7 @@ async fn a_full_disk_fails_writes_and_loses_nothing_acknowledged() {
         return;
     }
     let _unmount = Unmount(dir.path());
-    let config = || kube_sim::Config {
-        data_dir: Some(dir.path().to_path_buf()),
-        ..Default::default()
-    };
+    let config = || persisted_in(dir.path());
     let sim = common::start_with(config()).await;
     let filler = "x".repeat(40 * 1024);
     let mut acknowledged = BTreeSet::new();
@@ -61,8 +58,7 @@ async fn a_full_disk_fails_writes_and_loses_nothing_acknowledged() {
         let name = format!("cm-{i:02}");
         let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": name}, "data": {"fill": filler}});
-        let (code, status) =
-            common::raw_json(&sim, "POST", CMS, "application/json", &body.to_string()).await;
+        let (code, status) = common::post_json(&sim, CMS, &body.to_string()).await;
         match code {
             201 => {
                 acknowledged.insert(name);
@@ -250,10 +246,7 @@ fn compaction_keeps_the_state_and_resource_versions_continue() {
 async fn concurrent_acknowledged_creates_survive_a_restart() {
     const CREATES: usize = 64;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = || kube_sim::Config {
-        data_dir: Some(dir.path().to_path_buf()),
-        ..Default::default()
-    };
+    let config = || persisted_in(dir.path());
     let sim = common::start_with(config()).await;
     let results = futures::future::join_all((0..CREATES).map(|i| {
         let sim = &sim;
@@ -261,8 +254,7 @@ async fn concurrent_acknowledged_creates_survive_a_restart() {
             let name = format!("cm-{i:03}");
             let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": name}, "data": {"i": i.to_string()}});
-            let (code, _) =
-                common::raw_json(sim, "POST", CMS, "application/json", &body.to_string()).await;
+            let (code, _) = common::post_json(sim, CMS, &body.to_string()).await;
             (name, code)
         }
     }))
@@ -281,6 +273,14 @@ async fn concurrent_acknowledged_creates_survive_a_restart() {
     again.shutdown().await;
 }
 
+/// kube-sim persisting to `dir`.
+fn persisted_in(dir: &std::path::Path) -> kube_sim::Config {
+    kube_sim::Config {
+        data_dir: Some(dir.to_path_buf()),
+        ..Default::default()
+    }
+}
+
 fn configmap(name: &str) -> String {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": name}})
         .to_string()
@@ -293,27 +293,16 @@ fn configmap(name: &str) -> String {
 async fn a_failed_fsync_fails_its_batch_and_refuses_writes_until_a_restart() {
     const BATCH: usize = 16;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = || kube_sim::Config {
-        data_dir: Some(dir.path().to_path_buf()),
-        ..Default::default()
-    };
+    let config = || persisted_in(dir.path());
     let sim = common::start_with(config()).await;
     let mut acknowledged = BTreeSet::new();
     for name in ["before-1", "before-2"] {
-        let (code, status) =
-            common::raw_json(&sim, "POST", CMS, "application/json", &configmap(name)).await;
+        let (code, status) = common::post_json(&sim, CMS, &configmap(name)).await;
         assert_eq!(code, 201, "{status}");
         acknowledged.insert(name.to_owned());
     }
 
-    let (code, status) = common::raw_json(
-        &sim,
-        "POST",
-        "/_sim/faults",
-        "application/json",
-        r#"{"fsyncFailAfter": 0}"#,
-    )
-    .await;
+    let (code, status) = common::post_json(&sim, "/_sim/faults", r#"{"fsyncFailAfter": 0}"#).await;
     assert_eq!(code, 400, "{status}");
     assert!(
         status["message"]
@@ -322,18 +311,10 @@ async fn a_failed_fsync_fails_its_batch_and_refuses_writes_until_a_restart() {
         "{status}"
     );
     // The third fsync from now fails: two more acknowledged writes, then the failing batch.
-    let (code, status) = common::raw_json(
-        &sim,
-        "POST",
-        "/_sim/faults",
-        "application/json",
-        r#"{"fsyncFailAfter": 3}"#,
-    )
-    .await;
+    let (code, status) = common::post_json(&sim, "/_sim/faults", r#"{"fsyncFailAfter": 3}"#).await;
     assert_eq!(code, 200, "{status}");
     for name in ["after-1", "after-2"] {
-        let (code, status) =
-            common::raw_json(&sim, "POST", CMS, "application/json", &configmap(name)).await;
+        let (code, status) = common::post_json(&sim, CMS, &configmap(name)).await;
         assert_eq!(code, 201, "{status}");
         acknowledged.insert(name.to_owned());
     }
@@ -344,7 +325,7 @@ async fn a_failed_fsync_fails_its_batch_and_refuses_writes_until_a_restart() {
         let sim = &sim;
         async move {
             let name = format!("batch-{i:02}");
-            common::raw_json(sim, "POST", CMS, "application/json", &configmap(&name)).await
+            common::post_json(sim, CMS, &configmap(&name)).await
         }
     }))
     .await;
@@ -391,14 +372,7 @@ async fn a_failed_fsync_fails_its_batch_and_refuses_writes_until_a_restart() {
         acknowledged,
         "exactly the acknowledged writes survive"
     );
-    let (code, status) = common::raw_json(
-        &again,
-        "POST",
-        CMS,
-        "application/json",
-        &configmap("restarted"),
-    )
-    .await;
+    let (code, status) = common::post_json(&again, CMS, &configmap("restarted")).await;
     assert_eq!(code, 201, "writes resume after a restart: {status}");
     again.shutdown().await;
 }

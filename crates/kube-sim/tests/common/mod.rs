@@ -80,6 +80,11 @@ pub async fn raw_json(
     (code, serde_json::from_str(&body).unwrap_or(Value::Null))
 }
 
+/// POSTs a JSON body (an object to create, a fault rule); the status code and the JSON answer.
+pub async fn post_json(sim: &KubeSim, path: &str, body: &str) -> (u16, Value) {
+    raw_json(sim, "POST", path, "application/json", body).await
+}
+
 /// Counts stored objects at a collection URL.
 pub async fn count(sim: &KubeSim, path: &str) -> usize {
     let (_, list) = raw_json(sim, "GET", path, "application/json", "").await;

@@ -197,7 +197,7 @@ mod tests {
         async fn next_hops(
             &self,
             dst: Cidr,
-        ) -> Result<Option<NextHops>, super::super::BackendError> {
+        ) -> Result<Option<NextHops>, crate::backend::BackendError> {
             self.reads
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.routes.next_hops(dst).await
@@ -206,19 +206,19 @@ mod tests {
             &self,
             dst: Cidr,
             hops: &NextHops,
-        ) -> Result<(), super::super::BackendError> {
+        ) -> Result<(), crate::backend::BackendError> {
             self.writes
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.routes.replace_route(dst, hops).await
         }
-        async fn delete_route(&self, dst: Cidr) -> Result<(), super::super::BackendError> {
+        async fn delete_route(&self, dst: Cidr) -> Result<(), crate::backend::BackendError> {
             self.writes
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.routes.delete_route(dst).await
         }
         async fn connections(
             &self,
-        ) -> Result<Vec<capstan_proto::router::ConnectionInfo>, super::super::BackendError>
+        ) -> Result<Vec<capstan_proto::router::ConnectionInfo>, crate::backend::BackendError>
         {
             self.routes.connections().await
         }
