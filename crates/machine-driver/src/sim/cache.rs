@@ -4,7 +4,7 @@
 //! process re-lists it); the driver's own creates and deletes are recorded here before they are
 //! sent, so a VM it just created never looks missing while the watch catches up.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use capstan_runtime::controller::watch_events;
@@ -57,7 +57,8 @@ impl VmRecord {
 #[derive(Default)]
 struct OwnWrites {
     vms: HashMap<String, Option<VmRecord>>,
-    nodes: HashMap<String, ()>,
+    /// Nodes the driver created.
+    nodes: HashSet<String>,
 }
 
 /// Aborts the watch tasks when the last driver clone goes.
@@ -208,7 +209,7 @@ impl SimCache {
     /// Whether Node `name` exists: `Found(ready)`, `ready` as last seen by the watch (`false` for
     /// a Node the driver just registered and has not seen yet).
     pub fn node(&self, name: &str) -> Cached<bool> {
-        if lock(&self.own).nodes.contains_key(name) {
+        if lock(&self.own).nodes.contains(name) {
             return Cached::Found(false);
         }
         if !self.nodes_synced() {
@@ -237,7 +238,7 @@ impl SimCache {
 
     /// Records a Node this driver is about to register (or found registered).
     pub fn record_node(&self, name: &str) {
-        lock(&self.own).nodes.insert(name.to_owned(), ());
+        lock(&self.own).nodes.insert(name.to_owned());
     }
 
     /// Drops the record of a Node registration that failed.
