@@ -23,6 +23,9 @@ use serde_json::json;
 use crate::cluster::{Cluster, Controller, by_verb, by_write, for_each_concurrent};
 use crate::report::{Report, Samples, ScalePoint, Series, since};
 
+/// The binary under test, also its User-Agent product in kube-sim's accounting.
+const CONTROLLER: &str = "nodeslo-controller";
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Number of nodes.
@@ -131,7 +134,7 @@ async fn run_size(bin_dir: &Path, n: usize, c: usize) -> Result<Report> {
     let kubeconfig = cluster.kubeconfig.to_string_lossy().into_owned();
     let workers = c.to_string();
     let controller = Controller::spawn(
-        &bin_dir.join("nodeslo-controller"),
+        &bin_dir.join(CONTROLLER),
         &[
             "--kubeconfig",
             &kubeconfig,
@@ -166,7 +169,7 @@ async fn run_size(bin_dir: &Path, n: usize, c: usize) -> Result<Report> {
     // The controller also records the last good config: one ConfigMap write per change whatever
     // the node count, reported apart from the per-node figure (the bench's own create is the -1).
     let record_writes = update_requests.count_where(|k| {
-        k.client == "nodeslo-controller"
+        k.client == CONTROLLER
             && k.resource == "configmaps"
             && !matches!(k.verb.as_str(), "get" | "list" | "watch")
     });
@@ -245,7 +248,7 @@ async fn run_size(bin_dir: &Path, n: usize, c: usize) -> Result<Report> {
     );
     report.convergence = vec![
         Series {
-            label: "nodeslo-controller".to_string(),
+            label: CONTROLLER.to_string(),
             points: controller_curve,
         },
         Series {
