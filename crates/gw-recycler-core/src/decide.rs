@@ -301,6 +301,67 @@ fn advance(state: &State) -> ServerAction {
     }
 }
 
+/// Which sidecar facts a decision reads, so a pass makes only the gRPC calls its step needs: the
+/// new gateway's (its pod's NSM IP, the route via it) and the old gateway's. Deployments and pod
+/// labels come from the caches and are always observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Probes {
+    pub new_gateway: bool,
+    pub old_gateway: bool,
+}
+
+impl Probes {
+    const NEW: Probes = Probes {
+        new_gateway: true,
+        old_gateway: false,
+    };
+    const OLD: Probes = Probes {
+        new_gateway: false,
+        old_gateway: true,
+    };
+
+    /// What [`decide_server`] reads at `state`.
+    pub fn for_server(state: &State) -> Probes {
+        match state {
+            State::NewDeploymentCreated => Self::NEW,
+            State::SliceRouterUpdated => Self::OLD,
+            _ => Probes::default(),
+        }
+    }
+
+    /// What [`decide_client`] reads for `request`.
+    pub fn for_client(request: Option<&Request>) -> Probes {
+        match request {
+            Some(Request::CreateNewDeployment) => Self::NEW,
+            Some(Request::UpdateRoutingTable) => Self::OLD,
+            _ => Probes::default(),
+        }
+    }
+}
+
+/// The server's action right after `work` succeeded, when its step waits for nothing observable:
+/// init's CreateNewDeployment (the reference moves on at once, the next state waits for the
+/// deployment). `None` for every other work, whose effect only the next observation shows.
+pub fn after_work(
+    facts: &ServerFacts,
+    work: &Work,
+    timing: &Timing,
+    now: Timestamp,
+) -> Option<ServerAction> {
+    if facts.state != State::Init {
+        return None;
+    }
+    let Work::CreateNewDeployment { .. } = work else {
+        return None;
+    };
+    let mut listed = facts.clone();
+    listed.side.new.intermediate = true;
+    match decide_server(&listed, timing, now) {
+        advance @ ServerAction::Advance { .. } => Some(advance),
+        _ => None,
+    }
+}
+
 /// The server's next action for the CR at `facts.state`.
 pub fn decide_server(facts: &ServerFacts, timing: &Timing, now: Timestamp) -> ServerAction {
     let side = &facts.side;

@@ -9,8 +9,8 @@ use std::time::Duration;
 use capstan_apis::worker::WorkerSliceGwRecycler;
 use capstan_runtime::kube_errors::is_not_found;
 use gw_recycler_core::decide::{
-    ClientAction, ClientFacts, DeploymentFacts, PodFacts, RouteProbe, ServerAction, ServerFacts,
-    SideFacts, Timing, decide_client, decide_server,
+    ClientAction, ClientFacts, DeploymentFacts, PodFacts, Probes, RouteProbe, ServerAction,
+    ServerFacts, SideFacts, Timing, after_work, decide_client, decide_server,
 };
 use gw_recycler_core::naming::next_deployment_name;
 use gw_recycler_core::role::{Role, detect_role};
@@ -150,7 +150,11 @@ impl Recycler {
         if cr.state().is_terminal() && role == Role::Client {
             return Ok(Outcome::default());
         }
-        let side = self.observe(world, &gateway, &old).await;
+        let probes = match role {
+            Role::Server => Probes::for_server(&cr.state()),
+            Role::Client => Probes::for_client(cr.request()),
+        };
+        let side = self.observe(world, &gateway, &old, probes).await;
         match role {
             Role::Server => self.serve(world, cr, &gateway, side, now).await,
             Role::Client => self.answer(world, cr, &gateway, side).await,
@@ -158,8 +162,8 @@ impl Recycler {
     }
 
     /// The facts of the local side: deployments from the caches, NSM IPs and routes from the
-    /// sidecars.
-    async fn observe(&self, world: &World, gateway: &str, old: &str) -> SideFacts {
+    /// sidecars, of the gateways `probes` names (the rest no decision at this step reads).
+    async fn observe(&self, world: &World, gateway: &str, old: &str, probes: Probes) -> SideFacts {
         let new = next_deployment_name(old);
         let gw = world.gateway(gateway);
         let intermediate = gw
@@ -169,8 +173,8 @@ impl Recycler {
         // The sidecar calls of the two deployments (and then of the two routes) are independent:
         // made at once, a pass costs two gRPC round trips instead of four.
         let (old_facts, new_facts) = futures::join!(
-            self.deployment_facts(world, old, &intermediate),
-            self.deployment_facts(world, &new, &intermediate),
+            self.deployment_facts(world, old, &intermediate, probes.old_gateway),
+            self.deployment_facts(world, &new, &intermediate, probes.new_gateway),
         );
         let router = gw
             .as_deref()
@@ -191,18 +195,24 @@ impl Recycler {
         }
     }
 
-    /// One deployment's facts: from the caches, and its pod's NSM IP from its sidecar.
+    /// One deployment's facts: from the caches, and (when `probe`) its pod's NSM IP from its
+    /// sidecar.
     async fn deployment_facts(
         &self,
         world: &World,
         name: &str,
         intermediate: &[String],
+        probe: bool,
     ) -> DeploymentFacts {
         let deployment = world.deployment(name);
         let pod = match world.deployment_pods(name).into_iter().next() {
             Some(p) => Some(PodFacts {
                 excluded: is_excluded(&p),
-                nsm_ip: nsm_ip_of(&self.sidecars, &p).await,
+                nsm_ip: if probe {
+                    nsm_ip_of(&self.sidecars, &p).await
+                } else {
+                    None
+                },
             }),
             None => None,
         };
@@ -262,28 +272,18 @@ impl Recycler {
             ServerAction::Nothing => Ok(Outcome::default()),
             ServerAction::Work(work) => {
                 self.side(world, gateway).perform(&work).await?;
+                // Init moves on without waiting: the advance needs no new observation.
+                if let Some(advance) = after_work(&facts, &work, &self.timing, now) {
+                    self.advance(&api, cr, &facts.state, advance, now).await?;
+                }
                 Ok(Outcome {
                     probe_again: true,
                     progressed: true,
                     ..Outcome::default()
                 })
             }
-            ServerAction::Advance {
-                to,
-                request,
-                reason,
-                ..
-            } => {
-                self.write_state(&api, cr, &to, Some(request.as_str()), now, None)
-                    .await?;
-                self.metrics.transition(&facts.state, &to);
-                if to == State::End {
-                    self.metrics.finished(cr, "end", now);
-                }
-                if let Some(reason) = reason {
-                    let note = format!("{} -> {to}", facts.state);
-                    self.announce(cr, EventType::Normal, reason, note).await;
-                }
+            advance @ ServerAction::Advance { .. } => {
+                self.advance(&api, cr, &facts.state, advance, now).await?;
                 Ok(Outcome {
                     progressed: true,
                     ..Outcome::default()
@@ -336,6 +336,38 @@ impl Recycler {
                 Ok(Outcome::default())
             }
         }
+    }
+
+    /// Performs an [`ServerAction::Advance`] out of `from`: the state write, its metrics and the
+    /// reference's Event.
+    async fn advance(
+        &self,
+        api: &Api<WorkerSliceGwRecycler>,
+        cr: &WorkerSliceGwRecycler,
+        from: &State,
+        advance: ServerAction,
+        now: Timestamp,
+    ) -> Result<(), ReconcileError> {
+        let ServerAction::Advance {
+            to,
+            request,
+            reason,
+            ..
+        } = advance
+        else {
+            return Ok(());
+        };
+        self.write_state(api, cr, &to, Some(request.as_str()), now, None)
+            .await?;
+        self.metrics.transition(from, &to);
+        if to == State::End {
+            self.metrics.finished(cr, "end", now);
+        }
+        if let Some(reason) = reason {
+            let note = format!("{from} -> {to}");
+            self.announce(cr, EventType::Normal, reason, note).await;
+        }
+        Ok(())
     }
 
     /// Writes `spec.state` (and `spec.request`) at the resourceVersion decided on.

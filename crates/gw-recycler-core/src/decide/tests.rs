@@ -564,3 +564,136 @@ fn client_ignores_none_unknown_missing_requests_and_finished_recycles() {
         assert_eq!(decide_client(&facts), ClientAction::Nothing);
     }
 }
+
+// ---- what a pass must probe ----
+
+/// `side` with what `skipped` leaves unprobed replaced by each combination of values a probe
+/// could have returned.
+fn unprobed_variants(side: &SideFacts, skipped: Probes) -> Vec<SideFacts> {
+    let ips = [None, Some("10.9.9.9".to_string())];
+    let routes = [
+        RouteProbe::Present,
+        RouteProbe::Absent,
+        RouteProbe::Unreachable,
+    ];
+    let mut out = vec![];
+    for ip in &ips {
+        for route in routes {
+            let mut v = side.clone();
+            if !skipped.new_gateway {
+                if let Some(pod) = v.new.pod.as_mut() {
+                    pod.nsm_ip = ip.clone();
+                }
+                v.route_via_new = route;
+            }
+            if !skipped.old_gateway {
+                if let Some(pod) = v.old.pod.as_mut() {
+                    pod.nsm_ip = ip.clone();
+                }
+                v.route_via_old = route;
+            }
+            out.push(v);
+        }
+    }
+    out
+}
+
+fn every_side() -> [SideFacts; 4] {
+    [before(), new_routed(), old_withdrawn(), old_gone()]
+}
+
+#[test]
+fn the_server_reads_only_what_its_state_probes() {
+    let states = [
+        "init",
+        "new_deployment_created_state",
+        "slicerouter_updated_state",
+        "old_deployment_deleted_state",
+        "end",
+        "error_state",
+    ];
+    let responses = [
+        "",
+        "new_deployment_created",
+        "routing_table_updated",
+        "old_gw_deployment_deleted",
+    ];
+    for state in states {
+        let probes = Probes::for_server(&State::from(state));
+        for response in responses {
+            for side in every_side() {
+                let expected = decide(&server(state, response, side.clone()));
+                for variant in unprobed_variants(&side, probes) {
+                    assert_eq!(
+                        decide(&server(state, response, variant.clone())),
+                        expected,
+                        "{state}/{response}: an unprobed fact changed the decision ({variant:?})"
+                    );
+                }
+            }
+        }
+    }
+    // And the probed ones do matter where they are probed.
+    assert!(Probes::for_server(&State::NewDeploymentCreated).new_gateway);
+    assert!(Probes::for_server(&State::SliceRouterUpdated).old_gateway);
+}
+
+#[test]
+fn the_client_reads_only_what_its_request_probes() {
+    let requests = [
+        "none",
+        "create_new_deployment",
+        "update_routing_table",
+        "delete_old_gw_deployment",
+    ];
+    for request in requests {
+        let probes = Probes::for_client(Some(&Request::from(request)));
+        for side in every_side() {
+            let expected = decide_client(&client(request, "", side.clone()));
+            for variant in unprobed_variants(&side, probes) {
+                assert_eq!(
+                    decide_client(&client(request, "", variant.clone())),
+                    expected,
+                    "{request}: an unprobed fact changed the decision ({variant:?})"
+                );
+            }
+        }
+    }
+    assert_eq!(Probes::for_client(None), Probes::default());
+}
+
+#[test]
+fn init_advances_in_the_same_pass_once_the_new_deployment_is_listed() {
+    let facts = server("init", "", before());
+    let ServerAction::Work(work) = decide(&facts) else {
+        panic!("init first asks for the new deployment");
+    };
+    let next = after_work(&facts, &work, &timing(), at(NOW)).expect("advances at once");
+    assert_eq!(
+        advanced(&next),
+        (
+            "new_deployment_created_state".into(),
+            "create_new_deployment".into(),
+            Some("FSMNewGWSpawned")
+        )
+    );
+}
+
+#[test]
+fn other_work_waits_for_the_next_observation() {
+    // The new deployment lost from the list later on: asked for again, then the state waits.
+    let facts = server("new_deployment_created_state", "", before());
+    let ServerAction::Work(work) = decide(&facts) else {
+        panic!("the lost deployment is asked for again");
+    };
+    assert_eq!(after_work(&facts, &work, &timing(), at(NOW)), None);
+    let facts = server(
+        "slicerouter_updated_state",
+        "new_deployment_created",
+        new_routed(),
+    );
+    let ServerAction::Work(work) = decide(&facts) else {
+        panic!("the old route is marked");
+    };
+    assert_eq!(after_work(&facts, &work, &timing(), at(NOW)), None);
+}
