@@ -64,17 +64,18 @@ impl LocalSide<'_> {
         write_params(self.manager)
     }
 
-    /// Edits `status.config.sliceGatewayIntermediateDeployments` of the current SliceGateway.
+    /// Edits `status.config.sliceGatewayIntermediateDeployments` of the current SliceGateway, as
+    /// the cache holds it: one request, guarded by the cached resourceVersion. A cache behind
+    /// the server fails with a conflict, which the controller retries soon (the watch brings
+    /// the newer object); an edit the cache already shows writes nothing.
     async fn edit_intermediate(
         &self,
         edit: impl FnOnce(&mut Vec<String>),
     ) -> Result<(), ReconcileError> {
-        let api: Api<SliceGateway> = Api::namespaced(self.client.clone(), self.namespace);
-        let failed = |source| ReconcileError::EditIntermediate {
-            gateway: self.gateway.to_owned(),
-            source,
-        };
-        let gateway = api.get(self.gateway).await.map_err(failed)?;
+        let gateway = self
+            .world
+            .gateway(self.gateway)
+            .ok_or_else(|| ReconcileError::GatewayMissing(self.gateway.to_owned()))?;
         let before = gateway.intermediate_deployments().to_vec();
         let mut list = before.clone();
         edit(&mut list);
@@ -85,9 +86,13 @@ impl LocalSide<'_> {
             "metadata": {"resourceVersion": gateway.metadata.resource_version},
             "status": {"config": {"sliceGatewayIntermediateDeployments": list}}
         });
+        let api: Api<SliceGateway> = Api::namespaced(self.client.clone(), self.namespace);
         api.patch_status(self.gateway, &self.params(), &Patch::Merge(&patch))
             .await
-            .map_err(failed)?;
+            .map_err(|source| ReconcileError::EditIntermediate {
+                gateway: self.gateway.to_owned(),
+                source,
+            })?;
         Ok(())
     }
 
