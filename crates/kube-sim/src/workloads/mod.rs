@@ -287,6 +287,16 @@ fn relevant(key: &crate::registry::StorageKey) -> bool {
     )
 }
 
+/// The next store event, or never without a subscription.
+async fn next_change(
+    changes: &mut Option<tokio::sync::broadcast::Receiver<Arc<crate::store::Event>>>,
+) -> Result<Arc<crate::store::Event>, tokio::sync::broadcast::error::RecvError> {
+    match changes {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Runs the simulation (when `simulate`) and node heartbeats until the server shuts down.
 pub fn spawn(shared: Arc<Shared>, sim: Simulation, simulate: bool) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -294,7 +304,9 @@ pub fn spawn(shared: Arc<Shared>, sim: Simulation, simulate: bool) -> tokio::tas
         let containers_changed = sim.kubelet.changed.clone();
         let mut heartbeat = tokio::time::interval(sim.options.heartbeat_interval);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let (mut rx, _) = shared.lock().store.subscribe();
+        // Only a simulation needs to hear of changes: without one, every write would wake this
+        // task for nothing (a cross-thread wake-up per request).
+        let mut changes = simulate.then(|| shared.lock().store.subscribe().0);
         loop {
             // Everything up to this version has been reconciled.
             let mut settled_rv = 0;
@@ -320,8 +332,10 @@ pub fn spawn(shared: Arc<Shared>, sim: Simulation, simulate: bool) -> tokio::tas
             }
             // Drop the events the passes already saw; a later relevant one means another pass.
             let mut pending = false;
-            while let Ok(ev) = rx.try_recv() {
-                pending |= simulate && ev.rv > settled_rv && relevant(&ev.key);
+            if let Some(rx) = changes.as_mut() {
+                while let Ok(ev) = rx.try_recv() {
+                    pending |= ev.rv > settled_rv && relevant(&ev.key);
+                }
             }
             if pending {
                 continue;
@@ -340,8 +354,8 @@ pub fn spawn(shared: Arc<Shared>, sim: Simulation, simulate: bool) -> tokio::tas
                         nodes.heartbeat(&mut shared.lock());
                         break;
                     }
-                    ev = rx.recv() => match ev {
-                        Ok(ev) if simulate && ev.rv > settled_rv && relevant(&ev.key) => break,
+                    ev = next_change(&mut changes) => match ev {
+                        Ok(ev) if ev.rv > settled_rv && relevant(&ev.key) => break,
                         Ok(_) => {}
                         Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
                         Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
