@@ -5,13 +5,12 @@
 use super::replicaset::owned_pod_counts;
 use super::write_status;
 use super::{
-    Infos, PassReport, WorkloadError, all, controller_uid, deleting, name, namespace, opts,
-    owner_ref, replicas, strip_zeroes, uid, write_err,
+    Infos, Owned, PassReport, WorkloadError, all, deleting, name, namespace, opts, owner_ref,
+    replicas, strip_zeroes, write_err,
 };
 use crate::cluster::{Cluster, Sub};
 use crate::util;
 use serde_json::{Value, json};
-use std::sync::Arc;
 
 const MANAGER: &str = "kube-controller-manager";
 /// The annotation numbering a Deployment's ReplicaSets in rollout order (`kubectl rollout
@@ -89,6 +88,7 @@ pub(super) fn sync_replicasets(
     report: &mut PassReport,
 ) -> Result<(), WorkloadError> {
     let replicasets = all(cluster, &i.replicasets);
+    let replicasets_of = Owned::index(&replicasets);
     for d in all(cluster, &i.deployments) {
         if deleting(&d) {
             continue;
@@ -96,10 +96,7 @@ pub(super) fn sync_replicasets(
         let hash = pod_template_hash(&d["spec"]["template"]);
         let mut want = desired_replicaset(&d, &hash);
         let want_name = name(&want).to_string();
-        let owned: Vec<&Arc<Value>> = replicasets
-            .iter()
-            .filter(|rs| controller_uid(rs) == Some(uid(&d)))
-            .collect();
+        let owned = replicasets_of.of(&d);
         // As the upstream controller numbers them: the current template's ReplicaSet is one past
         // every other (so a rollback renumbers the old one it returns to).
         let next = owned
@@ -121,14 +118,23 @@ pub(super) fn sync_replicasets(
             report.writes += 1;
         }
         for rs in owned {
-            let mut updated = (**rs).clone();
-            if name(rs) == want_name {
-                updated["spec"]["replicas"] = json!(replicas(&d));
-                updated["metadata"]["annotations"][REVISION] = json!(current_revision);
+            let (want_replicas, want_revision) = if name(rs) == want_name {
+                (replicas(&d), Some(&current_revision))
             } else {
-                updated["spec"]["replicas"] = json!(0);
+                (0, None)
+            };
+            let revision_ok = want_revision
+                .is_none_or(|r| rs["metadata"]["annotations"][REVISION].as_str() == Some(r));
+            // Most passes change nothing here: compare before copying the ReplicaSet.
+            if rs["spec"]["replicas"] == json!(want_replicas) && revision_ok {
+                continue;
             }
-            if updated != **rs && !deleting(rs) {
+            let mut updated = Value::clone(rs);
+            updated["spec"]["replicas"] = json!(want_replicas);
+            if let Some(revision) = want_revision {
+                updated["metadata"]["annotations"][REVISION] = json!(revision);
+            }
+            if !deleting(rs) {
                 cluster
                     .update(
                         &i.replicasets,
@@ -168,7 +174,9 @@ pub(super) fn sync_status(
     report: &mut PassReport,
 ) -> Result<(), WorkloadError> {
     let pods = all(cluster, &i.pods);
+    let pods_of = Owned::index(&pods);
     let replicasets = all(cluster, &i.replicasets);
+    let replicasets_of = Owned::index(&replicasets);
     for d in all(cluster, &i.deployments) {
         if deleting(&d) {
             continue;
@@ -176,11 +184,8 @@ pub(super) fn sync_status(
         let hash = pod_template_hash(&d["spec"]["template"]);
         let current = format!("{}-{hash}", name(&d));
         let (mut total, mut ready, mut updated_n) = (0, 0, 0);
-        for rs in replicasets
-            .iter()
-            .filter(|rs| controller_uid(rs) == Some(uid(&d)))
-        {
-            let (t, r) = owned_pod_counts(&pods, rs);
+        for rs in replicasets_of.of(&d) {
+            let (t, r) = owned_pod_counts(pods_of.of(rs));
             total += t;
             ready += r;
             if name(rs) == current {

@@ -4,8 +4,8 @@
 
 use super::write_status;
 use super::{
-    PassReport, WorkloadError, all, controller_uid, deleting, name, namespace, opts, owner_ref,
-    pod_ready, replicas, strip_zeroes, uid, write_err,
+    Owned, PassReport, WorkloadError, all, deleting, name, namespace, opts, owner_ref, pod_ready,
+    replicas, strip_zeroes, write_err,
 };
 use crate::cluster::{Cluster, DeleteOptions};
 use crate::registry::ResourceInfo;
@@ -32,14 +32,11 @@ pub(super) fn desired_pod_of(owner: &Value, api_version: &str, kind: &str) -> Va
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]})
 }
 
-/// (pods, ready pods) a controller owns, deleting ones excluded.
-pub(super) fn owned_pod_counts(pods: &[Arc<Value>], owner: &Value) -> (i64, i64) {
-    let owned: Vec<&Arc<Value>> = pods
-        .iter()
-        .filter(|p| controller_uid(p) == Some(uid(owner)) && !deleting(p))
-        .collect();
-    let ready = owned.iter().filter(|p| pod_ready(p)).count() as i64;
-    (owned.len() as i64, ready)
+/// (pods, ready pods) of `owned` (what one controller owns), deleting ones excluded.
+pub(super) fn owned_pod_counts(owned: &[&Arc<Value>]) -> (i64, i64) {
+    let live: Vec<&&Arc<Value>> = owned.iter().filter(|p| !deleting(p)).collect();
+    let ready = live.iter().filter(|p| pod_ready(p)).count() as i64;
+    (live.len() as i64, ready)
 }
 
 /// Owners (ReplicaSets, or ReplicationControllers with `owner_kind`) -> Pods.
@@ -50,14 +47,17 @@ pub(super) fn sync_pods(
     report: &mut PassReport,
 ) -> Result<(), WorkloadError> {
     let pods = all(cluster, pods_info);
+    let pods_of = Owned::index(&pods);
     let api_version = owners.api_version();
     for rs in all(cluster, owners) {
         if deleting(&rs) {
             continue;
         }
-        let mut owned: Vec<&Arc<Value>> = pods
+        let mut owned: Vec<&Arc<Value>> = pods_of
+            .of(&rs)
             .iter()
-            .filter(|p| controller_uid(p) == Some(uid(&rs)) && !deleting(p))
+            .copied()
+            .filter(|p| !deleting(p))
             .collect();
         let want = replicas(&rs) as usize;
         for _ in owned.len()..want {
@@ -98,11 +98,12 @@ pub(super) fn sync_status(
     report: &mut PassReport,
 ) -> Result<(), WorkloadError> {
     let pods = all(cluster, pods_info);
+    let pods_of = Owned::index(&pods);
     for rs in all(cluster, owners) {
         if deleting(&rs) {
             continue;
         }
-        let (total, ready) = owned_pod_counts(&pods, &rs);
+        let (total, ready) = owned_pod_counts(pods_of.of(&rs));
         let mut status = json!({"replicas": total, "fullyLabeledReplicas": total,
             "readyReplicas": ready, "availableReplicas": ready,
             "observedGeneration": rs["metadata"]["generation"].as_i64().unwrap_or(1)});
