@@ -29,24 +29,10 @@ fn revision(object: &Value) -> u64 {
 /// a template with `creationTimestamp: null`, which must find its old ReplicaSet).
 pub fn pod_template_hash(template: &Value) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    fn without_nulls(v: &Value) -> Value {
-        match v {
-            Value::Object(m) => Value::Object(
-                m.iter()
-                    .filter(|(_, v)| !v.is_null())
-                    .map(|(k, v)| (k.clone(), without_nulls(v)))
-                    .collect(),
-            ),
-            Value::Array(a) => Value::Array(a.iter().map(without_nulls).collect()),
-            other => other.clone(),
-        }
-    }
-    let text = serde_json::to_string(&without_nulls(template)).unwrap_or_default();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
+    let mut fnv = Fnv1a(0xcbf2_9ce4_8422_2325);
+    // The template's JSON, nulls left out, goes straight into the hash: no copy, no text.
+    let _ = serde_json::to_writer(&mut fnv, &WithoutNulls(template));
+    let mut h = fnv.0;
     (0..10)
         .map(|_| {
             let c = ALPHABET[(h % ALPHABET.len() as u64) as usize] as char;
@@ -54,6 +40,49 @@ pub fn pod_template_hash(template: &Value) -> String {
             c
         })
         .collect()
+}
+
+/// A JSON value serialized without its null object members, at any depth.
+struct WithoutNulls<'a>(&'a Value);
+
+impl serde::Serialize for WithoutNulls<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self.0 {
+            Value::Object(m) => {
+                let mut map = s.serialize_map(None)?;
+                for (k, v) in m.iter().filter(|(_, v)| !v.is_null()) {
+                    map.serialize_entry(k, &WithoutNulls(v))?;
+                }
+                map.end()
+            }
+            Value::Array(a) => {
+                let mut seq = s.serialize_seq(Some(a.len()))?;
+                for v in a {
+                    seq.serialize_element(&WithoutNulls(v))?;
+                }
+                seq.end()
+            }
+            other => other.serialize(s),
+        }
+    }
+}
+
+/// 64-bit FNV-1a over the bytes written to it.
+struct Fnv1a(u64);
+
+impl std::io::Write for Fnv1a {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The ReplicaSet a Deployment wants for its current template.
@@ -237,5 +266,61 @@ mod tests {
         assert_eq!(pod_template_hash(&t1), pod_template_hash(&t1.clone()));
         assert_ne!(pod_template_hash(&t1), pod_template_hash(&t2));
         assert_eq!(pod_template_hash(&t1).len(), 10);
+    }
+
+    /// The hash as first written (the template copied without nulls, serialized to text, hashed):
+    /// names of ReplicaSets already stored depend on it, so it must never change.
+    fn hash_as_first_written(template: &Value) -> String {
+        fn without_nulls(v: &Value) -> Value {
+            match v {
+                Value::Object(m) => Value::Object(
+                    m.iter()
+                        .filter(|(_, v)| !v.is_null())
+                        .map(|(k, v)| (k.clone(), without_nulls(v)))
+                        .collect(),
+                ),
+                Value::Array(a) => Value::Array(a.iter().map(without_nulls).collect()),
+                other => other.clone(),
+            }
+        }
+        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+        let text = serde_json::to_string(&without_nulls(template)).expect("json");
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in text.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        (0..10)
+            .map(|_| {
+                let c = ALPHABET[(h % ALPHABET.len() as u64) as usize] as char;
+                h /= ALPHABET.len() as u64;
+                c
+            })
+            .collect()
+    }
+
+    #[test]
+    fn template_hashes_are_those_of_stored_replicasets() {
+        let templates = [
+            json!({}),
+            json!({"metadata": {"creationTimestamp": null, "labels": {"app": "web"}},
+                   "spec": {"containers": [{"name": "c", "image": "nginx", "resources": {},
+                                            "args": ["a", null, "b \"q\" \u{e9}\n"],
+                                            "env": [{"name": "X", "value": null}]}],
+                            "replicas": 3, "ratio": 0.5, "enabled": true, "nothing": null}}),
+            json!({"spec": {"nested": [[{"a": null}], [], {"b": [1, -2, 3.25]}]}}),
+        ];
+        for t in &templates {
+            assert_eq!(pod_template_hash(t), hash_as_first_written(t), "{t}");
+        }
+        assert_eq!(
+            pod_template_hash(&templates[1]),
+            pod_template_hash(&json!({"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "nginx", "resources": {},
+                                         "args": ["a", null, "b \"q\" \u{e9}\n"],
+                                         "env": [{"name": "X"}]}],
+                         "replicas": 3, "ratio": 0.5, "enabled": true}})),
+            "null members count as absent"
+        );
     }
 }
