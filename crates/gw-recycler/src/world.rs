@@ -61,12 +61,13 @@ impl World {
             .collect()
     }
 
-    /// The recycles naming one of `gateways` as their server or client SliceGateway.
+    /// The unfinished recycles naming one of `gateways` as their server or client SliceGateway. A
+    /// finished one waits only for its retention (a timer), so gateway changes need not wake it.
     pub fn recyclers_of(&self, gateways: &[String]) -> Vec<ObjectRef<WorkerSliceGwRecycler>> {
         self.recyclers
             .state()
             .iter()
-            .filter(|cr| gateways.iter().any(|g| cr.involves(g)))
+            .filter(|cr| gateways.iter().any(|g| cr.in_progress_for(g)))
             .map(|cr| ObjectRef::from_obj(cr.as_ref()))
             .collect()
     }
