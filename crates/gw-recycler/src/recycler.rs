@@ -14,7 +14,7 @@ use gw_recycler_core::decide::{
 };
 use gw_recycler_core::naming::next_deployment_name;
 use gw_recycler_core::role::{Role, detect_role};
-use gw_recycler_core::{State, Timestamp};
+use gw_recycler_core::{Request, State, Timestamp};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, Patch};
@@ -273,8 +273,15 @@ impl Recycler {
             ServerAction::Work(work) => {
                 self.side(world, gateway).perform(&work).await?;
                 // Init moves on without waiting: the advance needs no new observation.
-                if let Some(advance) = after_work(&facts, &work, &self.timing, now) {
-                    self.advance(&api, cr, &facts.state, advance, now).await?;
+                if let Some(ServerAction::Advance {
+                    to,
+                    request,
+                    reason,
+                    ..
+                }) = after_work(&facts, &work, &self.timing, now)
+                {
+                    self.advance(&api, cr, &facts.state, (to, request, reason), now)
+                        .await?;
                 }
                 Ok(Outcome {
                     probe_again: true,
@@ -282,8 +289,14 @@ impl Recycler {
                     ..Outcome::default()
                 })
             }
-            advance @ ServerAction::Advance { .. } => {
-                self.advance(&api, cr, &facts.state, advance, now).await?;
+            ServerAction::Advance {
+                to,
+                request,
+                reason,
+                ..
+            } => {
+                self.advance(&api, cr, &facts.state, (to, request, reason), now)
+                    .await?;
                 Ok(Outcome {
                     progressed: true,
                     ..Outcome::default()
@@ -338,25 +351,16 @@ impl Recycler {
         }
     }
 
-    /// Performs an [`ServerAction::Advance`] out of `from`: the state write, its metrics and the
-    /// reference's Event.
+    /// Performs a [`ServerAction::Advance`] out of `from` to `to`, posting `request`: the state
+    /// write, its metrics and the reference's Event (`reason`).
     async fn advance(
         &self,
         api: &Api<WorkerSliceGwRecycler>,
         cr: &WorkerSliceGwRecycler,
         from: &State,
-        advance: ServerAction,
+        (to, request, reason): (State, Request, Option<&'static str>),
         now: Timestamp,
     ) -> Result<(), ReconcileError> {
-        let ServerAction::Advance {
-            to,
-            request,
-            reason,
-            ..
-        } = advance
-        else {
-            return Ok(());
-        };
         self.write_state(api, cr, &to, Some(request.as_str()), now, None)
             .await?;
         self.metrics.transition(from, &to);

@@ -200,6 +200,50 @@ mod tests {
         .expect("pod")
     }
 
+    fn recycle(name: &str, state: &str) -> WorkerSliceGwRecycler {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "worker.kubeslice.io/v1alpha1", "kind": "WorkerSliceGwRecycler",
+            "metadata": {"name": name, "namespace": "hub"},
+            "spec": {"sliceGwServer": "red-s", "sliceGwClient": "red-c", "state": state}
+        }))
+        .expect("recycle")
+    }
+
+    fn store_of<K>(objects: Vec<K>) -> Store<K>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    {
+        let (reader, mut writer) = reflector::store();
+        for obj in objects {
+            writer.apply_watcher_event(&watcher::Event::Apply(obj));
+        }
+        reader
+    }
+
+    #[test]
+    fn gateway_changes_wake_only_unfinished_recycles() {
+        let world = World {
+            recyclers: store_of(vec![
+                recycle("running", "slicerouter_updated_state"),
+                recycle("ended", "end"),
+                recycle("failed", "error_state"),
+            ]),
+            gateways: store_of(vec![]),
+            deployments: store_of(vec![]),
+            pods: store_of(vec![]),
+            nodes: None,
+        };
+        for side in ["red-s", "red-c"] {
+            let woken: Vec<String> = world
+                .recyclers_of(&[side.to_string()])
+                .into_iter()
+                .map(|r| r.name)
+                .collect();
+            assert_eq!(woken, ["running"], "a change of {side}");
+        }
+        assert!(world.recyclers_of(&["blue-s".to_string()]).is_empty());
+    }
+
     #[test]
     fn a_container_restart_or_a_new_pod_is_a_new_incarnation() {
         let first = incarnation(&pod("u1", &[0, 0]));
