@@ -34,9 +34,12 @@ pub(super) fn desired_pod_of(owner: &Value, api_version: &str, kind: &str) -> Va
 
 /// (pods, ready pods) of `owned` (what one controller owns), deleting ones excluded.
 pub(super) fn owned_pod_counts(owned: &[&Arc<Value>]) -> (i64, i64) {
-    let live: Vec<&&Arc<Value>> = owned.iter().filter(|p| !deleting(p)).collect();
-    let ready = live.iter().filter(|p| pod_ready(p)).count() as i64;
-    (live.len() as i64, ready)
+    owned
+        .iter()
+        .filter(|p| !deleting(p))
+        .fold((0, 0), |(pods, ready), p| {
+            (pods + 1, ready + i64::from(pod_ready(p)))
+        })
 }
 
 /// Owners (ReplicaSets, or ReplicationControllers with `owner_kind`) -> Pods.
