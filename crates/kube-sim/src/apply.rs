@@ -568,16 +568,22 @@ pub fn apply(
 
 /// Records ownership of the fields an ordinary write (create, update, patch) changed.
 pub fn track_update(old: Option<&Value>, new: &mut Value, w: &Writer<'_>, lt: ListTypes<'_>) {
-    let mut entries = old.map(read_managed).unwrap_or_default();
     let new_fields = fields_of(new, lt);
-    let changed: FieldSet = match old {
-        Some(old) => new_fields
-            .iter()
-            .filter(|p| get_path(old, p) != get_path(new, p))
-            .cloned()
-            .collect(),
-        None => new_fields.clone(),
+    let Some(old) = old else {
+        // A new object: its writer owns every field it sets.
+        let mut entries = Vec::new();
+        if !new_fields.is_empty() {
+            entry_for(&mut entries, w, "Update").fields = new_fields;
+        }
+        write_managed(new, &entries);
+        return;
     };
+    let mut entries = read_managed(old);
+    let changed: FieldSet = new_fields
+        .iter()
+        .filter(|p| get_path(old, p) != get_path(new, p))
+        .cloned()
+        .collect();
     // Fields that no longer exist are owned by nobody.
     for e in entries.iter_mut() {
         e.fields

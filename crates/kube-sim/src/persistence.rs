@@ -192,16 +192,7 @@ pub fn replay(
         }
     }
     cluster.store = store;
-    let crd_key = (
-        "apiextensions.k8s.io".to_string(),
-        "customresourcedefinitions".to_string(),
-    );
-    let crds: Vec<Value> = cluster
-        .store
-        .list(&crd_key, None)
-        .map(|(_, v)| v.value())
-        .collect();
-    cluster.registry.rebuild(crds.iter());
+    cluster.rebuild_registry();
     Ok(())
 }
 

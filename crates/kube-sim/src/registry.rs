@@ -413,6 +413,24 @@ pub fn crd_resources(crd: &Value) -> Vec<ResourceInfo> {
 }
 
 /// The served resources; rebuilt whenever a CRD changes.
+/// The registry as last rebuilt, readable without the cluster's lock. Every request resolves its
+/// resource before it takes that lock for the verb; taking it twice per request doubled the
+/// lock's contention under concurrent writes. The cluster publishes each rebuild while it holds
+/// its own lock, so a reader sees the registry of some moment, as it did when it copied the
+/// resource out from under the lock.
+#[derive(Debug, Clone, Default)]
+pub struct PublishedRegistry(std::sync::Arc<std::sync::RwLock<std::sync::Arc<Registry>>>);
+
+impl PublishedRegistry {
+    pub fn get(&self) -> std::sync::Arc<Registry> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn publish(&self, registry: Registry) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = std::sync::Arc::new(registry);
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Registry {
     resources: Vec<ResourceInfo>,

@@ -2,7 +2,7 @@
 //! workload simulation: the cluster behind its lock, and the single switch that ends open watches.
 
 use crate::cluster::Cluster;
-use std::sync::{Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -18,6 +18,10 @@ pub enum WatchEnd {
 /// State shared by all requests of one server instance.
 pub struct Shared {
     pub cluster: Mutex<Cluster>,
+    /// The cluster's registry, read without its lock.
+    registry: crate::registry::PublishedRegistry,
+    /// The cluster's source of names and uids, used without its lock.
+    random: std::sync::Arc<crate::util::Random>,
     pub shutdown: CancellationToken,
     pub server_address: String,
     pub bookmark_interval: Duration,
@@ -30,6 +34,8 @@ pub struct Shared {
 impl Shared {
     pub fn new(cluster: Cluster, server_address: String, bookmark_interval: Duration) -> Self {
         Self {
+            registry: cluster.published_registry(),
+            random: cluster.random.clone(),
             cluster: Mutex::new(cluster),
             shutdown: CancellationToken::new(),
             server_address,
@@ -39,9 +45,22 @@ impl Shared {
         }
     }
 
+    /// The cluster, for one verb. parking_lot's lock, not std's: every request takes it, and
+    /// spinning briefly before parking spares a contended write two context switches. It has no
+    /// poisoning, and needs none: a panic while it is held leaves consistent data (every write is
+    /// a single put).
     pub fn lock(&self) -> MutexGuard<'_, Cluster> {
-        // A panic while holding the lock leaves consistent data (every write is a single put).
-        self.cluster.lock().unwrap_or_else(|p| p.into_inner())
+        self.cluster.lock()
+    }
+
+    /// The registry as last rebuilt, without taking the cluster's lock.
+    pub fn registry(&self) -> std::sync::Arc<crate::registry::Registry> {
+        self.registry.get()
+    }
+
+    /// The cluster's source of generated names and uids, without taking its lock.
+    pub fn random(&self) -> &crate::util::Random {
+        &self.random
     }
 
     /// Ends every watch open now, the way `how` says.

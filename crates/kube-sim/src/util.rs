@@ -28,7 +28,18 @@ pub fn rfc3339(unix: i64) -> String {
 
 /// Current time as RFC 3339.
 pub fn now_rfc3339() -> String {
-    rfc3339(now_unix())
+    // Formatted once per second and thread: every write stamps a time.
+    thread_local! {
+        static LAST: std::cell::RefCell<(i64, String)> = const { std::cell::RefCell::new((i64::MIN, String::new())) };
+    }
+    let now = now_unix();
+    LAST.with_borrow_mut(|(second, text)| {
+        if *second != now {
+            *second = now;
+            *text = rfc3339(now);
+        }
+        text.clone()
+    })
 }
 
 /// Current time with microseconds, as `metav1.MicroTime` (events, leases).
@@ -184,15 +195,16 @@ impl Random {
         bytes[8..].copy_from_slice(&b.to_le_bytes());
         bytes[6] = (bytes[6] & 0x0f) | 0x40;
         bytes[8] = (bytes[8] & 0x3f) | 0x80;
-        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        format!(
-            "{}-{}-{}-{}-{}",
-            &hex[0..8],
-            &hex[8..12],
-            &hex[12..16],
-            &hex[16..20],
-            &hex[20..32]
-        )
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut uuid = String::with_capacity(36);
+        for (i, b) in bytes.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                uuid.push('-');
+            }
+            uuid.push(char::from(HEX[usize::from(b >> 4)]));
+            uuid.push(char::from(HEX[usize::from(b & 0x0f)]));
+        }
+        uuid
     }
 
     /// The 5-character suffix kube-apiserver appends to `generateName`.

@@ -6,7 +6,6 @@
 //! Kubernetes' own definitions, so every built-in kind is covered without per-kind code.
 
 use std::cell::RefCell;
-use std::collections::HashSet;
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
@@ -227,82 +226,102 @@ impl<'s> Walker<'s> {
     }
 }
 
-/// Walks raw JSON recording every key that repeats within its object, by path.
-struct DuplicateScan<'a> {
-    path: String,
+/// Decodes a JSON body into its tree in one pass, recording the path of every key that repeats
+/// within its object (`spec.paused`). Go keeps the last value, as does this (and serde_json), so
+/// only `fieldValidation` reports them; decoding once spares every write a second scan of its body.
+pub fn decode_json(raw: &[u8]) -> Result<(Value, Vec<String>), serde_json::Error> {
+    let found = RefCell::new(vec![]);
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    let value = Tree {
+        at: &Path::Root,
+        found: &found,
+    }
+    .deserialize(&mut de)?;
+    de.end()?;
+    Ok((value, found.into_inner()))
+}
+
+/// Where a value sits in the body, rendered only when a duplicate is found there.
+enum Path<'a> {
+    Root,
+    Key(&'a Path<'a>, &'a str),
+    Index(&'a Path<'a>, usize),
+}
+
+impl Path<'_> {
+    fn render(&self) -> String {
+        match self {
+            Path::Root => String::new(),
+            Path::Key(up, key) => join(&up.render(), key),
+            Path::Index(up, i) => format!("{}[{i}]", up.render()),
+        }
+    }
+}
+
+/// Builds one JSON value as serde_json's own `Value` does, noting repeated keys.
+struct Tree<'a> {
+    at: &'a Path<'a>,
     found: &'a RefCell<Vec<String>>,
 }
 
-impl<'de> DeserializeSeed<'de> for DuplicateScan<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+impl<'de> DeserializeSeed<'de> for Tree<'_> {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for DuplicateScan<'_> {
-    type Value = ();
+impl<'de> Visitor<'de> for Tree<'_> {
+    type Value = Value;
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("any JSON value")
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
-        let mut seen = HashSet::new();
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Value, A::Error> {
+        let mut map = Map::new();
         while let Some(key) = m.next_key::<String>()? {
-            let path = join(&self.path, &key);
-            if !seen.insert(key) {
-                self.found.borrow_mut().push(path.clone());
-            }
-            m.next_value_seed(DuplicateScan {
-                path,
+            let value = m.next_value_seed(Tree {
+                at: &Path::Key(self.at, &key),
                 found: self.found,
             })?;
+            if map.contains_key(&key) {
+                let path = Path::Key(self.at, &key).render();
+                self.found.borrow_mut().push(path);
+            }
+            map.insert(key, value);
         }
-        Ok(())
+        Ok(Value::Object(map))
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<(), A::Error> {
-        let mut i = 0;
-        while s
-            .next_element_seed(DuplicateScan {
-                path: format!("{}[{i}]", self.path),
-                found: self.found,
-            })?
-            .is_some()
-        {
-            i += 1;
+    fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(s.size_hint().unwrap_or(0));
+        while let Some(item) = s.next_element_seed(Tree {
+            at: &Path::Index(self.at, items.len()),
+            found: self.found,
+        })? {
+            items.push(item);
         }
-        Ok(())
+        Ok(Value::Array(items))
     }
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
     }
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(Value::Number(n.into()))
     }
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        Ok(Value::Number(n.into()))
     }
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
+    fn visit_f64<E>(self, n: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number))
     }
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
-        Ok(())
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(Value::String(s.to_owned()))
     }
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(Value::String(s))
     }
-}
-
-/// The paths of fields a JSON body repeats (`spec.paused`); Go keeps the last value, as does
-/// serde_json, so only `fieldValidation` reports them.
-pub fn duplicate_fields(raw: &[u8]) -> Vec<String> {
-    let found = RefCell::new(vec![]);
-    let mut de = serde_json::Deserializer::from_slice(raw);
-    let _ = DuplicateScan {
-        path: String::new(),
-        found: &found,
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
     }
-    .deserialize(&mut de);
-    found.into_inner()
 }
 
 /// Validates a built-in kind's body in place (unknown fields removed). Returns the warnings to
@@ -437,19 +456,30 @@ mod tests {
     fn duplicate_fields_are_reported_by_path() {
         let raw = br#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d"},
             "spec":{"paused":false,"paused":true,"template":{"spec":{"containers":[{"name":"a","name":"b"}]}}}}"#;
-        let dups = duplicate_fields(raw);
+        let (mut body, dups) = decode_json(raw).expect("json");
         assert_eq!(
             dups,
             ["spec.paused", "spec.template.spec.containers[0].name"]
         );
-        let mut body: Value = serde_json::from_slice(raw).expect("json");
+        // The last value wins, as in Go and serde_json.
+        assert_eq!(body, serde_json::from_slice::<Value>(raw).expect("json"));
+        assert_eq!(body["spec"]["paused"], true);
         let err =
             admit("apps/v1", "Deployment", &mut body, &dups, Mode::Strict).expect_err("strict");
         assert_eq!(
             err.to_status()["message"],
             "Deployment in version \"v1\" cannot be handled as a Deployment: strict decoding error: duplicate field \"spec.paused\", duplicate field \"spec.template.spec.containers[0].name\""
         );
-        assert!(duplicate_fields(b"{not json").is_empty());
+        assert!(decode_json(b"{not json").is_err());
+        assert!(decode_json(b"{} trailing").is_err());
+    }
+
+    #[test]
+    fn decoding_builds_the_tree_serde_json_builds() {
+        let raw = br#"{"a":[1,-2,3.5,1e3,"s\u00e9",true,false,null,{}],"b":{"c":[[]]},"n":18446744073709551615}"#;
+        let (value, dups) = decode_json(raw).expect("json");
+        assert_eq!(value, serde_json::from_slice::<Value>(raw).expect("json"));
+        assert!(dups.is_empty());
     }
 
     #[test]

@@ -20,7 +20,6 @@ impl Cluster {
 
     /// Pruning, defaulting and validation of custom resources; `Strict` rejects unknown fields.
     pub(super) fn admit_custom(
-        &self,
         info: &ResourceInfo,
         obj: &mut Value,
         opts: &WriteOptions,
@@ -124,14 +123,18 @@ impl Cluster {
         Ok(())
     }
 
-    /// Services of type ClusterIP/NodePort/LoadBalancer get a free address from 10.96.0.0/16.
+    /// Whether `obj` is a Service that needs an address: of type ClusterIP, NodePort or
+    /// LoadBalancer, without one asked for.
+    pub(super) fn wants_cluster_ip(info: &ResourceInfo, obj: &Value) -> bool {
+        info.group.is_empty()
+            && info.plural == "services"
+            && obj["spec"]["type"] != "ExternalName"
+            && obj["spec"]["clusterIP"].as_str().is_none_or(str::is_empty)
+    }
+
+    /// Services that want one get a free address from 10.96.0.0/16.
     pub(super) fn allocate_cluster_ip(&self, info: &ResourceInfo, obj: &mut Value) {
-        if !(info.group.is_empty() && info.plural == "services")
-            || obj["spec"]["type"] == "ExternalName"
-            || obj["spec"]["clusterIP"]
-                .as_str()
-                .is_some_and(|ip| !ip.is_empty())
-        {
+        if !Self::wants_cluster_ip(info, obj) {
             return;
         }
         let taken: std::collections::HashSet<String> = self
@@ -152,13 +155,7 @@ impl Cluster {
 
     pub(super) fn rebuild_registry_if_crd(&mut self, info: &ResourceInfo) {
         if info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions" {
-            let key = info.storage_key();
-            let crds: Vec<Value> = self
-                .store
-                .list(&key, None)
-                .map(|(_, v)| v.value())
-                .collect();
-            self.registry.rebuild(crds.iter());
+            self.rebuild_registry();
         }
     }
 

@@ -289,8 +289,7 @@ impl Cluster {
         }
         if key.0 == "apiextensions.k8s.io" && key.1 == "customresourcedefinitions" {
             self.purge_crd_objects(&gone);
-            let crds: Vec<Value> = self.store.list(key, None).map(|(_, v)| v.value()).collect();
-            self.registry.rebuild(crds.iter());
+            self.rebuild_registry();
         }
         Some(gone)
     }

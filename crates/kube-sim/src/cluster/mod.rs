@@ -10,13 +10,15 @@ mod tests;
 mod validation;
 mod write;
 
+pub use write::PreparedCreate;
+
 use validation::{check_type_meta, metadata_errors, name_errors};
 
 use crate::apply::{self, Writer};
 use crate::convert;
 use crate::error::{ApiError, FieldError};
 use crate::patch::{self, PatchError};
-use crate::registry::{Registry, ResourceInfo, StorageKey};
+use crate::registry::{PublishedRegistry, Registry, ResourceInfo, StorageKey};
 use crate::schema;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{ObjKey, ObjName, Store, Stored, obj_key};
@@ -160,7 +162,13 @@ const SYSTEM_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "
 pub struct Cluster {
     pub store: Store,
     pub registry: Registry,
-    pub random: Random,
+    /// `registry` as readers outside the lock see it; set by `rebuild_registry`.
+    published_registry: PublishedRegistry,
+    /// Shared with request handlers, which name and stamp new objects before taking the lock.
+    pub random: Arc<Random>,
+    /// Whether each namespace is terminating, by the stored version it was read from: every
+    /// create asks, and decoding the namespace each time was a tenth of a create's cost.
+    terminating_namespaces: std::cell::RefCell<std::collections::HashMap<String, (Stored, bool)>>,
 }
 
 impl Cluster {
@@ -168,7 +176,9 @@ impl Cluster {
         let mut c = Self {
             store: Store::new(history),
             registry: Registry::default(),
-            random: Random::default(),
+            published_registry: PublishedRegistry::default(),
+            random: Arc::default(),
+            terminating_namespaces: Default::default(),
         };
         let ns = c
             .registry
@@ -187,6 +197,27 @@ impl Cluster {
         c
     }
 
+    /// The registry as last rebuilt, for readers that do not hold the cluster's lock.
+    pub fn published_registry(&self) -> PublishedRegistry {
+        self.published_registry.clone()
+    }
+
+    /// Rebuilds the registry from the stored CRDs (after a CRD write or delete, or a recovery)
+    /// and publishes it.
+    pub fn rebuild_registry(&mut self) {
+        let key = (
+            "apiextensions.k8s.io".to_string(),
+            "customresourcedefinitions".to_string(),
+        );
+        let crds: Vec<Value> = self
+            .store
+            .list(&key, None)
+            .map(|(_, v)| v.value())
+            .collect();
+        self.registry.rebuild(crds.iter());
+        self.published_registry.publish(self.registry.clone());
+    }
+
     fn ns_key() -> StorageKey {
         (String::new(), "namespaces".into())
     }
@@ -195,9 +226,12 @@ impl Cluster {
         if !info.namespaced {
             return Ok(());
         }
-        match self.store.get(&Self::ns_key(), &(String::new(), ns.into())) {
-            None => Err(ApiError::not_found("", "namespaces", ns)),
-            Some(n) if creating && !meta(&n)["deletionTimestamp"].is_null() => Err(ApiError::forbidden(
+        match self.store.get_stored(&Self::ns_key(), &(String::new(), ns.into())) {
+            None => {
+                self.terminating_namespaces.borrow_mut().remove(ns);
+                Err(ApiError::not_found("", "namespaces", ns))
+            }
+            Some(n) if creating && self.is_terminating(ns, n) => Err(ApiError::forbidden(
                 &info.group,
                 &info.plural,
                 "",
@@ -207,6 +241,19 @@ impl Cluster {
                 "causes": [{"reason": "NamespaceTerminating", "message": format!("namespace {ns} is being terminated"), "field": "metadata.namespace"}]}))),
             Some(_) => Ok(()),
         }
+    }
+
+    /// Whether the namespace `stored` is terminating, decoded once per stored version.
+    fn is_terminating(&self, ns: &str, stored: &Stored) -> bool {
+        let mut memo = self.terminating_namespaces.borrow_mut();
+        if let Some((seen, terminating)) = memo.get(ns)
+            && seen.same_allocation(stored)
+        {
+            return *terminating;
+        }
+        let terminating = stored.is_terminating();
+        memo.insert(ns.to_string(), (stored.clone(), terminating));
+        terminating
     }
 
     fn obj_key_for(info: &ResourceInfo, ns: &str, name: &str) -> ObjKey {

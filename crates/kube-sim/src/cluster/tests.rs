@@ -373,3 +373,72 @@ fn validation_names_the_field_with_apimachinery_messages() {
         400
     );
 }
+
+/// A create prepared outside the cluster's lock answers in kube-sim's order all the same: the
+/// request's own name first, then the namespace and a name taken, only then admission.
+#[test]
+fn a_create_checks_namespace_and_name_before_admission() {
+    let mut c = Cluster::new(100);
+    let crds = builtin(
+        &c,
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+    );
+    let mut def = crd(false);
+    def["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = json!({"type": "object",
+        "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer", "minimum": 1}}}}});
+    c.create(&crds, "", def, &by_test()).expect("crd");
+    let gadgets = builtin(&c, "example.com", "v1", "gadgets");
+    let gadget = |name: &str, size: i64| {
+        json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": name},
+            "spec": {"size": size}})
+    };
+    let code = |c: &mut Cluster, ns: &str, obj: Value| {
+        let prepared = PreparedCreate::new(&gadgets, ns, obj, &by_test(), &c.random.clone());
+        prepared
+            .and_then(|p| c.create_prepared(&gadgets, p, &by_test()))
+            .map(drop)
+            .map_err(|e| (e.code, e.reason))
+    };
+    assert_eq!(
+        code(&mut c, "nowhere", gadget("Bad_Name", 0)),
+        Err((422, "Invalid".into())),
+        "the name is the request's own"
+    );
+    assert_eq!(
+        code(&mut c, "nowhere", gadget("g", 0)),
+        Err((404, "NotFound".into())),
+        "the namespace comes before admission"
+    );
+    assert_eq!(code(&mut c, "default", gadget("g", 2)), Ok(()));
+    assert_eq!(
+        code(&mut c, "default", gadget("g", 0)),
+        Err((409, "AlreadyExists".into())),
+        "a name taken comes before admission"
+    );
+    assert_eq!(
+        code(&mut c, "default", gadget("h", 0)),
+        Err((422, "Invalid".into()))
+    );
+}
+
+/// The memo of terminating namespaces follows the namespace's stored versions.
+#[test]
+fn creates_see_a_namespace_start_terminating() {
+    let mut c = Cluster::new(100);
+    let namespaces = builtin(&c, "", "v1", "namespaces");
+    let configmaps = builtin(&c, "", "v1", "configmaps");
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "team", "finalizers": ["example.com/hold"]}});
+    c.create(&namespaces, "", ns, &by_test())
+        .expect("namespace");
+    c.create(&configmaps, "team", configmap("a", json!({})), &by_test())
+        .expect("a create in a live namespace");
+    c.delete(&namespaces, "", "team", &DeleteOptions::default())
+        .expect("delete starts");
+    let err = c
+        .create(&configmaps, "team", configmap("b", json!({})), &by_test())
+        .expect_err("terminating");
+    assert_eq!((err.code, err.reason.as_str()), (403, "Forbidden"));
+}

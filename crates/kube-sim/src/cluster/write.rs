@@ -22,56 +22,28 @@ impl Cluster {
         &mut self,
         info: &ResourceInfo,
         ns: &str,
-        mut body: Value,
+        body: Value,
         opts: &WriteOptions,
     ) -> Result<(Value, Option<Stored>)> {
-        if !body.is_object() {
-            return Err(ApiError::bad_request(
-                "the body of the request must be an object",
-            ));
-        }
-        check_type_meta(info, &body)?;
-        body["apiVersion"] = json!(info.api_version());
-        body["kind"] = json!(info.kind);
-        let body_ns = meta(&body)["namespace"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        if info.namespaced {
-            if !body_ns.is_empty() && body_ns != ns {
-                return Err(ApiError::bad_request(
-                    "the namespace of the provided object does not match the namespace sent on the request",
-                ));
-            }
-            meta_mut(&mut body).insert("namespace".into(), json!(ns));
-        } else {
-            meta_mut(&mut body).remove("namespace");
-        }
-        let mut name = meta(&body)["name"].as_str().unwrap_or_default().to_string();
-        if name.is_empty() {
-            let Some(prefix) = meta(&body)["generateName"]
-                .as_str()
-                .filter(|p| !p.is_empty())
-            else {
-                return Err(ApiError::invalid(
-                    &info.group,
-                    &info.kind,
-                    "",
-                    &[FieldError::required_detail(
-                        "metadata.name",
-                        "name or generateName is required",
-                    )],
-                ));
-            };
-            name = format!("{prefix}{}", self.random.name_suffix());
-            meta_mut(&mut body).insert("name".into(), json!(name));
-        }
-        let mut errs = name_errors(info, &name);
-        errs.extend(metadata_errors(&body));
-        if !errs.is_empty() {
-            return Err(ApiError::invalid(&info.group, &info.kind, &name, &errs));
-        }
-        self.check_namespace(info, ns, true)?;
+        let prepared = PreparedCreate::new(info, ns, body, opts, &self.random)?;
+        self.create_prepared(info, prepared, opts)
+    }
+
+    /// The part of a create that reads or changes the cluster: the namespace, a terminating
+    /// CRD, a name taken, a Service's cluster IP, and the put.
+    pub fn create_prepared(
+        &mut self,
+        info: &ResourceInfo,
+        prepared: PreparedCreate,
+        opts: &WriteOptions,
+    ) -> Result<(Value, Option<Stored>)> {
+        let PreparedCreate {
+            ns,
+            name,
+            object,
+            now,
+        } = prepared;
+        self.check_namespace(info, &ns, true)?;
         let key = info.storage_key();
         if info.custom && self.terminating_crd(&key).is_some() {
             return Err(ApiError::method_not_allowed(
@@ -80,42 +52,17 @@ impl Cluster {
         }
         if self
             .store
-            .contains(&key, &Self::obj_key_for(info, ns, &name))
+            .contains(&key, &Self::obj_key_for(info, &ns, &name))
         {
             return Err(ApiError::already_exists(&info.group, &info.plural, &name));
         }
-        let now = util::now_rfc3339();
-        {
-            let m = meta_mut(&mut body);
-            for k in [
-                "resourceVersion",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "managedFields",
-                "selfLink",
-            ] {
-                m.remove(k);
+        let body = match object? {
+            Admitted::Final(body) => body,
+            Admitted::NeedsClusterIp(mut body) => {
+                self.allocate_cluster_ip(info, &mut body);
+                finish_create(info, body, opts, &now)
             }
-            m.insert("uid".into(), json!(self.random.uuid()));
-            m.insert("creationTimestamp".into(), json!(now));
-            if info.has_generation {
-                m.insert("generation".into(), json!(1));
-            } else {
-                m.remove("generation");
-            }
-        }
-        Self::reset_status_on_create(info, &mut body);
-        self.admit_custom(info, &mut body, opts)?;
-        Self::admit_crd(info, &mut body, None)?;
-        crate::defaults::apply(info, &mut body);
-        self.allocate_cluster_ip(info, &mut body);
-        let mut body = convert::to_storage(info, body);
-        apply::track_update(
-            None,
-            &mut body,
-            &Self::writer(&info.api_version(), opts, Sub::Main, &now),
-            apply::ListTypes::from_schema(info.schema.as_deref()),
-        );
+        };
         if opts.dry_run {
             return Ok((body, None));
         }
@@ -284,7 +231,7 @@ impl Cluster {
                 ));
             }
         }
-        self.admit_custom(info, &mut new, opts)?;
+        Self::admit_custom(info, &mut new, opts)?;
         Self::admit_crd(info, &mut new, Some(old))?;
         let status_is_separate = info.has_status() || !info.custom;
         if info.has_generation
@@ -494,4 +441,138 @@ impl Cluster {
         self.rebuild_registry_if_crd(info);
         Ok((*stored).clone())
     }
+}
+
+/// The part of a create that reads nothing of the cluster: the request's shape, its name, its
+/// uid and timestamps, admission, defaults, conversion to the storage version and managedFields.
+/// An HTTP create does it before taking the cluster's lock, so concurrent creates contend only
+/// for what `create_prepared` checks and stores. Errors keep their order: those of the request's
+/// shape and name at once (they come first), admission's after the namespace and name checks.
+pub struct PreparedCreate {
+    ns: String,
+    name: String,
+    object: Result<Admitted>,
+    now: String,
+}
+
+/// An admitted object, ready to store or (a Service) waiting for its cluster IP.
+enum Admitted {
+    Final(Value),
+    NeedsClusterIp(Value),
+}
+
+impl PreparedCreate {
+    pub fn new(
+        info: &ResourceInfo,
+        ns: &str,
+        mut body: Value,
+        opts: &WriteOptions,
+        random: &Random,
+    ) -> Result<Self> {
+        if !body.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of the request must be an object",
+            ));
+        }
+        check_type_meta(info, &body)?;
+        body["apiVersion"] = json!(info.api_version());
+        body["kind"] = json!(info.kind);
+        let body_ns = meta(&body)["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if info.namespaced {
+            if !body_ns.is_empty() && body_ns != ns {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            meta_mut(&mut body).insert("namespace".into(), json!(ns));
+        } else {
+            meta_mut(&mut body).remove("namespace");
+        }
+        let mut name = meta(&body)["name"].as_str().unwrap_or_default().to_string();
+        if name.is_empty() {
+            let Some(prefix) = meta(&body)["generateName"]
+                .as_str()
+                .filter(|p| !p.is_empty())
+            else {
+                return Err(ApiError::invalid(
+                    &info.group,
+                    &info.kind,
+                    "",
+                    &[FieldError::required_detail(
+                        "metadata.name",
+                        "name or generateName is required",
+                    )],
+                ));
+            };
+            name = format!("{prefix}{}", random.name_suffix());
+            meta_mut(&mut body).insert("name".into(), json!(name));
+        }
+        let mut errs = name_errors(info, &name);
+        errs.extend(metadata_errors(&body));
+        if !errs.is_empty() {
+            return Err(ApiError::invalid(&info.group, &info.kind, &name, &errs));
+        }
+        let now = util::now_rfc3339();
+        {
+            let m = meta_mut(&mut body);
+            for k in [
+                "resourceVersion",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "managedFields",
+                "selfLink",
+            ] {
+                m.remove(k);
+            }
+            m.insert("uid".into(), json!(random.uuid()));
+            m.insert("creationTimestamp".into(), json!(now));
+            if info.has_generation {
+                m.insert("generation".into(), json!(1));
+            } else {
+                m.remove("generation");
+            }
+        }
+        Cluster::reset_status_on_create(info, &mut body);
+        let object = Self::admit(info, body, opts, &now);
+        Ok(Self {
+            ns: if info.namespaced {
+                ns.to_string()
+            } else {
+                String::new()
+            },
+            name,
+            object,
+            now,
+        })
+    }
+
+    fn admit(
+        info: &ResourceInfo,
+        mut body: Value,
+        opts: &WriteOptions,
+        now: &str,
+    ) -> Result<Admitted> {
+        Cluster::admit_custom(info, &mut body, opts)?;
+        Cluster::admit_crd(info, &mut body, None)?;
+        crate::defaults::apply(info, &mut body);
+        if Cluster::wants_cluster_ip(info, &body) {
+            return Ok(Admitted::NeedsClusterIp(body));
+        }
+        Ok(Admitted::Final(finish_create(info, body, opts, now)))
+    }
+}
+
+/// The storage version of a new object, with the creating manager's managedFields.
+fn finish_create(info: &ResourceInfo, body: Value, opts: &WriteOptions, now: &str) -> Value {
+    let mut body = convert::to_storage(info, body);
+    apply::track_update(
+        None,
+        &mut body,
+        &Cluster::writer(&info.api_version(), opts, Sub::Main, now),
+        apply::ListTypes::from_schema(info.schema.as_deref()),
+    );
+    body
 }

@@ -11,7 +11,8 @@ pub mod table;
 mod watch;
 
 use crate::cluster::{
-    DeleteOptions, ListOptions, ListResult, PatchType, Sub, WriteOptions, field_supported,
+    DeleteOptions, ListOptions, ListResult, PatchType, PreparedCreate, Sub, WriteOptions,
+    field_supported,
 };
 use crate::error::ApiError;
 use crate::registry::ResourceInfo;
@@ -184,7 +185,7 @@ fn route(
         "/api" | "/api/" | "/apis" | "/apis/" if discovery::wants_aggregated(&accept).is_some() => {
             let media = discovery::wants_aggregated(&accept).unwrap_or("application/json");
             let core = path.trim_end_matches('/') == "/api";
-            let mut doc = discovery::aggregated(&shared.lock().registry, core);
+            let mut doc = discovery::aggregated(&shared.registry(), core);
             if media.contains("v2beta1") {
                 doc["apiVersion"] = json!("apidiscovery.k8s.io/v2beta1");
             }
@@ -200,7 +201,7 @@ fn route(
         "/apis" | "/apis/" => {
             return Ok(json_response(
                 200,
-                &discovery::api_group_list(&shared.lock().registry),
+                &discovery::api_group_list(&shared.registry()),
             ));
         }
         "/openapi/v2" => {
@@ -208,10 +209,7 @@ fn route(
             return Ok(bytes_response(200, Bytes::from(doc), ct));
         }
         "/openapi/v3" | "/openapi/v3/" => {
-            return Ok(json_response(
-                200,
-                &openapi::v3_index(&shared.lock().registry),
-            ));
+            return Ok(json_response(200, &openapi::v3_index(&shared.registry())));
         }
         _ => {}
     }
@@ -234,24 +232,24 @@ fn route(
             ["apis", g, v] => (g.to_string(), v.to_string()),
             _ => return Err(ApiError::resource_not_found()),
         };
-        return openapi::v3_document(&shared.lock().registry, &group, &version)
+        return openapi::v3_document(&shared.registry(), &group, &version)
             .map(|d| json_response(200, &d))
             .ok_or_else(ApiError::resource_not_found);
     }
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segs.as_slice() {
         ["api", v] => {
-            return discovery::resource_list(&shared.lock().registry, "", v)
+            return discovery::resource_list(&shared.registry(), "", v)
                 .map(|d| json_response(200, &d))
                 .ok_or_else(ApiError::resource_not_found);
         }
         ["apis", g] => {
-            return discovery::api_group(&shared.lock().registry, g)
+            return discovery::api_group(&shared.registry(), g)
                 .map(|d| json_response(200, &d))
                 .ok_or_else(ApiError::resource_not_found);
         }
         ["apis", g, v] => {
-            return discovery::resource_list(&shared.lock().registry, g, v)
+            return discovery::resource_list(&shared.registry(), g, v)
                 .map(|d| json_response(200, &d))
                 .ok_or_else(ApiError::resource_not_found);
         }
@@ -262,11 +260,9 @@ fn route(
         return Err(ApiError::resource_not_found());
     }
     let rp = Target::of(ri);
-    let info = shared
-        .lock()
-        .registry
+    let registry = shared.registry();
+    let info = registry
         .lookup(&ri.api_group, &ri.api_version, &ri.resource)
-        .cloned()
         .ok_or_else(ApiError::resource_not_found)?;
     if info.namespaced && rp.namespace.is_none() && rp.name.is_some() {
         return Err(ApiError::resource_not_found());
@@ -276,36 +272,52 @@ fn route(
     {
         return Err(ApiError::resource_not_found());
     }
-    resource_request(shared, &info, &rp, method, query, headers, body, &accept)
+    resource_request(shared, info, &rp, method, query, headers, body, &accept)
 }
 
-fn decode_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
+/// A request body as a tree, with the fields a JSON body repeats (see
+/// `validation::decode_json`; protobuf and YAML cannot repeat a field the way JSON text can).
+struct Decoded {
+    value: Value,
+    duplicates: Vec<String>,
+}
+
+fn decode_body(headers: &HeaderMap, body: &Bytes) -> Result<Decoded, ApiError> {
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json");
+    let json_parse_error =
+        |e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"));
     if ct.contains("protobuf") {
         // Protobuf hook: built-in kinds decode; custom kinds answer 415 as kube-apiserver does.
-        return crate::protobuf::decode(body).map_err(|e| match e {
+        let value = crate::protobuf::decode(body).map_err(|e| match e {
             crate::protobuf::ProtoError::NotProtobuf(_) | crate::protobuf::ProtoError::NoMagic => {
                 ApiError::unsupported_media_type(ct, &["application/json", "application/yaml"])
             }
             e => ApiError::bad_request(e.to_string()),
+        })?;
+        return Ok(Decoded {
+            value,
+            duplicates: vec![],
         });
     }
     if ct.contains("yaml") {
-        if let Ok(v) = serde_json::from_slice::<Value>(body) {
-            return Ok(v);
+        if let Ok((value, duplicates)) = crate::validation::decode_json(body) {
+            return Ok(Decoded { value, duplicates });
         }
         let text = std::str::from_utf8(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
-        return serde_saphyr::from_str::<Value>(text).map_err(|e| {
+        let value = serde_saphyr::from_str::<Value>(text).map_err(|e| {
             ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
+        })?;
+        return Ok(Decoded {
+            value,
+            duplicates: vec![],
         });
     }
-    serde_json::from_slice::<Value>(body).map_err(|e| {
-        ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
-    })
+    let (value, duplicates) = crate::validation::decode_json(body).map_err(json_parse_error)?;
+    Ok(Decoded { value, duplicates })
 }
 
 fn patch_type(headers: &HeaderMap) -> Result<PatchType, ApiError> {
@@ -554,7 +566,7 @@ fn delete_options(
         ..Default::default()
     };
     if !body.is_empty() {
-        let v = decode_body(headers, body)?;
+        let v = decode_body(headers, body)?.value;
         if let Some(p) = v["propagationPolicy"].as_str() {
             opts.propagation = Some(p.into());
         }
@@ -640,10 +652,15 @@ fn resource_request(
         }
         (&Method::POST, None) => {
             let raw = body;
-            let mut body = decode_body(headers, raw)?;
-            let warnings = validate_builtin(info, &mut body, raw, query)?;
+            let Decoded {
+                value: mut body,
+                duplicates,
+            } = decode_body(headers, raw)?;
+            let warnings = validate_builtin(info, &mut body, &duplicates, query)?;
             let opts = write_options(query, headers, false);
-            let (created, stored) = write(shared, |c| c.create_stored(info, &ns, body, &opts))?;
+            // Everything that reads nothing of the cluster happens before its lock is taken.
+            let prepared = PreparedCreate::new(info, &ns, body, &opts, shared.random())?;
+            let (created, stored) = write(shared, |c| c.create_prepared(info, prepared, &opts))?;
             let response = match stored {
                 // The JSON the store wrote is the answer: not serialized again.
                 Some(json) if is_plain_json(accept) => {
@@ -664,8 +681,11 @@ fn resource_request(
         }
         (&Method::PUT, Some(name)) => {
             let raw = body;
-            let mut body = decode_body(headers, raw)?;
-            let warnings = validate_builtin(info, &mut body, raw, query)?;
+            let Decoded {
+                value: mut body,
+                duplicates,
+            } = decode_body(headers, raw)?;
+            let warnings = validate_builtin(info, &mut body, &duplicates, query)?;
             let opts = write_options(query, headers, false);
             if rp.sub.as_deref() == Some("scale") {
                 let replicas = body["spec"]["replicas"].clone();
@@ -689,11 +709,14 @@ fn resource_request(
         (&Method::PATCH, Some(name)) => {
             let pt = patch_type(headers)?;
             let raw = body;
-            let mut patch = decode_body(headers, raw)?;
+            let Decoded {
+                value: mut patch,
+                duplicates,
+            } = decode_body(headers, raw)?;
             let warnings = if pt == PatchType::Json {
                 vec![]
             } else {
-                validate_builtin(info, &mut patch, raw, query)?
+                validate_builtin(info, &mut patch, &duplicates, query)?
             };
             let opts = write_options(query, headers, pt == PatchType::Apply);
             if rp.sub.as_deref() == Some("scale") {
@@ -772,7 +795,7 @@ fn write<T>(
 fn validate_builtin(
     info: &ResourceInfo,
     body: &mut Value,
-    raw: &Bytes,
+    duplicates: &[String],
     query: &Query,
 ) -> Result<Vec<String>, ApiError> {
     let mode = crate::validation::Mode::parse(query.get("fieldValidation"))?;
@@ -785,13 +808,7 @@ fn validate_builtin(
     let kind = body["kind"]
         .as_str()
         .map_or_else(|| info.kind.clone(), String::from);
-    // Protobuf and YAML bodies cannot repeat a field the way JSON text can.
-    let duplicates = if raw.first() == Some(&b'{') {
-        crate::validation::duplicate_fields(raw)
-    } else {
-        vec![]
-    };
-    crate::validation::admit(&api_version, &kind, body, &duplicates, mode)
+    crate::validation::admit(&api_version, &kind, body, duplicates, mode)
 }
 
 /// kube-apiserver's `Warning: 299 - "..."` headers, one per warning.

@@ -158,11 +158,12 @@ impl Schema {
     /// The message of a built-in kind; `meta.k8s.io/v1` kinds (DeleteOptions, Status, ...) are
     /// found under any group version, as client-go sends them with the resource's.
     pub fn message_of(&self, api_version: &str, kind: &str) -> Option<&str> {
-        let kind = kind.to_lowercase();
-        [package(api_version), package("meta.k8s.io/v1")]
-            .into_iter()
-            .find_map(|pkg| self.kinds.get(&(pkg, kind.clone())))
-            .map(String::as_str)
+        let mut key = (package(api_version), kind.to_lowercase());
+        if let Some(message) = self.kinds.get(&key) {
+            return Some(message);
+        }
+        key.0 = package("meta.k8s.io/v1");
+        self.kinds.get(&key).map(String::as_str)
     }
 
     pub fn message(&self, name: &str) -> Option<&Message> {

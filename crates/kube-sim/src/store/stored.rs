@@ -49,6 +49,24 @@ impl Stored {
         self.value()["apiVersion"].as_str().map(String::from)
     }
 
+    /// Whether `metadata.deletionTimestamp` is set, read without building the tree (every create
+    /// asks it of its namespace, whose managedFields would dominate a full decode).
+    pub fn is_terminating(&self) -> bool {
+        #[derive(serde::Deserialize)]
+        struct Doc {
+            #[serde(default)]
+            metadata: Meta,
+        }
+        #[derive(Default, serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Meta {
+            #[serde(default)]
+            deletion_timestamp: Option<serde::de::IgnoredAny>,
+        }
+        serde_json::from_slice::<Doc>(&self.0)
+            .is_ok_and(|d| d.metadata.deletion_timestamp.is_some())
+    }
+
     /// The uid and owner uids, decoded without building the tree (the indexes need only these).
     pub(super) fn identity(&self) -> Identity {
         serde_json::from_slice::<IdentityDoc>(&self.0)
