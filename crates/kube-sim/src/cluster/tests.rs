@@ -308,8 +308,8 @@ fn delete_waits_for_finalizers_and_collects_dependents() {
     );
 }
 
-#[test]
-fn admission_validates_custom_resources_against_their_schema() {
+/// A cluster serving Gadgets whose schema wants `spec.size` >= 1.
+fn cluster_with_sized_gadgets() -> (Cluster, ResourceInfo) {
     let mut c = Cluster::new(100);
     let crds = builtin(
         &c,
@@ -322,6 +322,12 @@ fn admission_validates_custom_resources_against_their_schema() {
         "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer", "minimum": 1}}}}});
     c.create(&crds, "", def, &by_test()).expect("crd");
     let gadgets = builtin(&c, "example.com", "v1", "gadgets");
+    (c, gadgets)
+}
+
+#[test]
+fn admission_validates_custom_resources_against_their_schema() {
+    let (mut c, gadgets) = cluster_with_sized_gadgets();
     let bad = json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g"},
         "spec": {"size": 0, "unknown": true}});
     let err = c
@@ -378,18 +384,7 @@ fn validation_names_the_field_with_apimachinery_messages() {
 /// request's own name first, then the namespace and a name taken, only then admission.
 #[test]
 fn a_create_checks_namespace_and_name_before_admission() {
-    let mut c = Cluster::new(100);
-    let crds = builtin(
-        &c,
-        "apiextensions.k8s.io",
-        "v1",
-        "customresourcedefinitions",
-    );
-    let mut def = crd(false);
-    def["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = json!({"type": "object",
-        "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer", "minimum": 1}}}}});
-    c.create(&crds, "", def, &by_test()).expect("crd");
-    let gadgets = builtin(&c, "example.com", "v1", "gadgets");
+    let (mut c, gadgets) = cluster_with_sized_gadgets();
     let gadget = |name: &str, size: i64| {
         json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": name},
             "spec": {"size": size}})
