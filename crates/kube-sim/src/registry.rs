@@ -412,7 +412,6 @@ pub fn crd_resources(crd: &Value) -> Vec<ResourceInfo> {
         .collect()
 }
 
-/// The served resources; rebuilt whenever a CRD changes.
 /// The registry as last rebuilt, readable without the cluster's lock. Every request resolves its
 /// resource before it takes that lock for the verb; taking it twice per request doubled the
 /// lock's contention under concurrent writes. The cluster publishes each rebuild while it holds
@@ -431,6 +430,7 @@ impl PublishedRegistry {
     }
 }
 
+/// The served resources; rebuilt whenever a CRD changes.
 #[derive(Debug, Clone)]
 pub struct Registry {
     resources: Vec<ResourceInfo>,

@@ -229,7 +229,7 @@ impl<'s> Walker<'s> {
 /// Decodes a JSON body into its tree in one pass, recording the path of every key that repeats
 /// within its object (`spec.paused`). Go keeps the last value, as does this (and serde_json), so
 /// only `fieldValidation` reports them; decoding once spares every write a second scan of its body.
-pub fn decode_json(raw: &[u8]) -> Result<(Value, Vec<String>), serde_json::Error> {
+pub fn decode_json(raw: &[u8]) -> Result<Decoded, serde_json::Error> {
     let found = RefCell::new(vec![]);
     let mut de = serde_json::Deserializer::from_slice(raw);
     let value = Tree {
@@ -238,7 +238,27 @@ pub fn decode_json(raw: &[u8]) -> Result<(Value, Vec<String>), serde_json::Error
     }
     .deserialize(&mut de)?;
     de.end()?;
-    Ok((value, found.into_inner()))
+    Ok(Decoded {
+        value,
+        duplicates: found.into_inner(),
+    })
+}
+
+/// A request body as a tree, with the paths of the fields it repeats.
+#[derive(Debug)]
+pub struct Decoded {
+    pub value: Value,
+    pub duplicates: Vec<String>,
+}
+
+impl Decoded {
+    /// A body that cannot repeat a field the way JSON text can (protobuf, YAML).
+    pub fn without_duplicates(value: Value) -> Self {
+        Self {
+            value,
+            duplicates: vec![],
+        }
+    }
 }
 
 /// Where a value sits in the body, rendered only when a duplicate is found there.
@@ -456,7 +476,10 @@ mod tests {
     fn duplicate_fields_are_reported_by_path() {
         let raw = br#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d"},
             "spec":{"paused":false,"paused":true,"template":{"spec":{"containers":[{"name":"a","name":"b"}]}}}}"#;
-        let (mut body, dups) = decode_json(raw).expect("json");
+        let Decoded {
+            value: mut body,
+            duplicates: dups,
+        } = decode_json(raw).expect("json");
         assert_eq!(
             dups,
             ["spec.paused", "spec.template.spec.containers[0].name"]
@@ -477,7 +500,10 @@ mod tests {
     #[test]
     fn decoding_builds_the_tree_serde_json_builds() {
         let raw = br#"{"a":[1,-2,3.5,1e3,"s\u00e9",true,false,null,{}],"b":{"c":[[]]},"n":18446744073709551615}"#;
-        let (value, dups) = decode_json(raw).expect("json");
+        let Decoded {
+            value,
+            duplicates: dups,
+        } = decode_json(raw).expect("json");
         assert_eq!(value, serde_json::from_slice::<Value>(raw).expect("json"));
         assert!(dups.is_empty());
     }

@@ -538,11 +538,7 @@ impl PreparedCreate {
         Cluster::reset_status_on_create(info, &mut body);
         let object = Self::admit(info, body, opts, &now);
         Ok(Self {
-            ns: if info.namespaced {
-                ns.to_string()
-            } else {
-                String::new()
-            },
+            ns: ns.to_string(),
             name,
             object,
             now,

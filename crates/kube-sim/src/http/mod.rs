@@ -19,6 +19,7 @@ use crate::registry::ResourceInfo;
 use crate::request_info::RequestInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::shared::Shared;
+use crate::validation::{Decoded, decode_json};
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
@@ -275,49 +276,38 @@ fn route(
     resource_request(shared, info, &rp, method, query, headers, body, &accept)
 }
 
-/// A request body as a tree, with the fields a JSON body repeats (see
-/// `validation::decode_json`; protobuf and YAML cannot repeat a field the way JSON text can).
-struct Decoded {
-    value: Value,
-    duplicates: Vec<String>,
-}
-
 fn decode_body(headers: &HeaderMap, body: &Bytes) -> Result<Decoded, ApiError> {
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json");
-    let json_parse_error =
-        |e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"));
     if ct.contains("protobuf") {
         // Protobuf hook: built-in kinds decode; custom kinds answer 415 as kube-apiserver does.
-        let value = crate::protobuf::decode(body).map_err(|e| match e {
-            crate::protobuf::ProtoError::NotProtobuf(_) | crate::protobuf::ProtoError::NoMagic => {
-                ApiError::unsupported_media_type(ct, &["application/json", "application/yaml"])
-            }
-            e => ApiError::bad_request(e.to_string()),
-        })?;
-        return Ok(Decoded {
-            value,
-            duplicates: vec![],
-        });
+        return crate::protobuf::decode(body)
+            .map(Decoded::without_duplicates)
+            .map_err(|e| match e {
+                crate::protobuf::ProtoError::NotProtobuf(_)
+                | crate::protobuf::ProtoError::NoMagic => {
+                    ApiError::unsupported_media_type(ct, &["application/json", "application/yaml"])
+                }
+                e => ApiError::bad_request(e.to_string()),
+            });
     }
     if ct.contains("yaml") {
-        if let Ok((value, duplicates)) = crate::validation::decode_json(body) {
-            return Ok(Decoded { value, duplicates });
+        if let Ok(decoded) = decode_json(body) {
+            return Ok(decoded);
         }
         let text = std::str::from_utf8(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
-        let value = serde_saphyr::from_str::<Value>(text).map_err(|e| {
-            ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
-        })?;
-        return Ok(Decoded {
-            value,
-            duplicates: vec![],
-        });
+        return serde_saphyr::from_str::<Value>(text)
+            .map(Decoded::without_duplicates)
+            .map_err(|e| {
+                ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
+            });
     }
-    let (value, duplicates) = crate::validation::decode_json(body).map_err(json_parse_error)?;
-    Ok(Decoded { value, duplicates })
+    decode_json(body).map_err(|e| {
+        ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+    })
 }
 
 fn patch_type(headers: &HeaderMap) -> Result<PatchType, ApiError> {
