@@ -75,6 +75,7 @@ impl Testbed {
                 options: config.workloads.clone(),
                 nodes: tb.nodes.clone(),
                 kubelet: tb.kubelet.clone(),
+                template_hashes: Default::default(),
             },
             config.simulate_workloads,
         );

@@ -6,11 +6,13 @@ use super::replicaset::owned_pod_counts;
 use super::write_status;
 use super::{
     Infos, Owned, PassReport, WorkloadError, all, deleting, name, namespace, opts, owner_ref,
-    replicas, strip_zeroes, write_err,
+    replicas, strip_zeroes, uid, write_err,
 };
 use crate::cluster::{Cluster, Sub};
 use crate::util;
 use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, PoisonError};
 
 const MANAGER: &str = "kube-controller-manager";
 /// The annotation numbering a Deployment's ReplicaSets in rollout order (`kubectl rollout
@@ -85,6 +87,38 @@ impl std::io::Write for Fnv1a {
     }
 }
 
+/// Pod template hashes of Deployments by uid, each with the generation it was taken at. Every
+/// pass needs each Deployment's hash twice, and serializing the template for it was the
+/// simulation's largest cost per Deployment; a template changes only with a new generation.
+#[derive(Debug, Default)]
+pub struct TemplateHashes(Mutex<HashMap<String, (i64, String)>>);
+
+impl TemplateHashes {
+    /// The hash of `deploy`'s current template.
+    fn of(&self, deploy: &Value) -> String {
+        let Some(generation) = deploy["metadata"]["generation"].as_i64() else {
+            return pod_template_hash(&deploy["spec"]["template"]);
+        };
+        let mut memo = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match memo.get(uid(deploy)) {
+            Some((at, hash)) if *at == generation => hash.clone(),
+            _ => {
+                let hash = pod_template_hash(&deploy["spec"]["template"]);
+                memo.insert(uid(deploy).to_string(), (generation, hash.clone()));
+                hash
+            }
+        }
+    }
+
+    /// Forgets the Deployments not in `live`.
+    fn keep_only(&self, live: &HashSet<&str>) {
+        let mut memo = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if memo.len() > live.len() {
+            memo.retain(|uid, _| live.contains(uid.as_str()));
+        }
+    }
+}
+
 /// The ReplicaSet a Deployment wants for its current template.
 pub fn desired_replicaset(deploy: &Value, hash: &str) -> Value {
     let mut template = deploy["spec"]["template"].clone();
@@ -114,17 +148,19 @@ pub fn desired_replicaset(deploy: &Value, hash: &str) -> Value {
 pub(super) fn sync_replicasets(
     cluster: &mut Cluster,
     i: &Infos,
+    hashes: &TemplateHashes,
     report: &mut PassReport,
 ) -> Result<(), WorkloadError> {
     let replicasets = all(cluster, &i.replicasets);
     let replicasets_of = Owned::index(&replicasets);
-    for d in all(cluster, &i.deployments) {
+    let deployments = all(cluster, &i.deployments);
+    hashes.keep_only(&deployments.iter().map(|d| uid(d)).collect());
+    for d in deployments {
         if deleting(&d) {
             continue;
         }
-        let hash = pod_template_hash(&d["spec"]["template"]);
-        let mut want = desired_replicaset(&d, &hash);
-        let want_name = name(&want).to_string();
+        let hash = hashes.of(&d);
+        let want_name = format!("{}-{hash}", name(&d));
         let owned = replicasets_of.of(&d);
         // As the upstream controller numbers them: the current template's ReplicaSet is one past
         // every other (so a rollback renumbers the old one it returns to).
@@ -140,6 +176,7 @@ pub(super) fn sync_replicasets(
             .map_or(next, |rs| revision(rs).max(next))
             .to_string();
         if existing.is_none() {
+            let mut want = desired_replicaset(&d, &hash);
             want["metadata"]["annotations"][REVISION] = json!(current_revision);
             cluster
                 .create(&i.replicasets, namespace(&d), want, &opts(MANAGER))
@@ -200,6 +237,7 @@ pub(super) fn sync_replicasets(
 pub(super) fn sync_status(
     cluster: &mut Cluster,
     i: &Infos,
+    hashes: &TemplateHashes,
     report: &mut PassReport,
 ) -> Result<(), WorkloadError> {
     let pods = all(cluster, &i.pods);
@@ -210,8 +248,7 @@ pub(super) fn sync_status(
         if deleting(&d) {
             continue;
         }
-        let hash = pod_template_hash(&d["spec"]["template"]);
-        let current = format!("{}-{hash}", name(&d));
+        let current = format!("{}-{}", name(&d), hashes.of(&d));
         let (mut total, mut ready, mut updated_n) = (0, 0, 0);
         for rs in replicasets_of.of(&d) {
             let (t, r) = owned_pod_counts(pods_of.of(rs));
@@ -266,6 +303,32 @@ mod tests {
         assert_eq!(pod_template_hash(&t1), pod_template_hash(&t1.clone()));
         assert_ne!(pod_template_hash(&t1), pod_template_hash(&t2));
         assert_eq!(pod_template_hash(&t1).len(), 10);
+    }
+
+    #[test]
+    fn a_remembered_hash_follows_the_template_to_its_next_generation() {
+        let hashes = TemplateHashes::default();
+        let deployment = |generation: Option<i64>, image: &str| {
+            let mut d = json!({"metadata": {"uid": "u1"},
+                "spec": {"template": {"spec": {"containers": [{"name": "c", "image": image}]}}}});
+            if let Some(g) = generation {
+                d["metadata"]["generation"] = json!(g);
+            }
+            d
+        };
+        let v1 = deployment(Some(1), "nginx:1");
+        let v2 = deployment(Some(2), "nginx:2");
+        assert_eq!(hashes.of(&v1), pod_template_hash(&v1["spec"]["template"]));
+        assert_eq!(hashes.of(&v2), pod_template_hash(&v2["spec"]["template"]));
+        assert_ne!(hashes.of(&v1), hashes.of(&v2));
+        // No generation to key on: hashed every time, never from memory.
+        let bare = deployment(None, "nginx:3");
+        assert_eq!(
+            hashes.of(&bare),
+            pod_template_hash(&bare["spec"]["template"])
+        );
+        hashes.keep_only(&HashSet::new());
+        assert_eq!(hashes.0.lock().expect("memo").len(), 0);
     }
 
     /// The hash as first written (the template copied without nulls, serialized to text, hashed):

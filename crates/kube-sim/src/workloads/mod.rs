@@ -75,6 +75,8 @@ pub struct Simulation {
     pub nodes: Arc<Nodes>,
     /// Runs the containers of `--exec-images` pods as processes.
     pub kubelet: Arc<crate::kubelet::Kubelet>,
+    /// What the Deployment controller remembers between passes.
+    pub template_hashes: deployment::TemplateHashes,
 }
 
 fn uid(obj: &Value) -> &str {
@@ -255,43 +257,100 @@ fn strip_zeroes(status: &mut Value) {
     }
 }
 
-/// One reconciliation pass over every simulated kind, each as its controller would act on the
-/// state the previous one left; returns how much it wrote.
-pub fn reconcile(cluster: &mut Cluster, sim: &Simulation) -> Result<PassReport, WorkloadError> {
-    IpPool::parse(&sim.options.pod_cidr)?;
-    let Some(i) = infos(cluster) else {
-        return Ok(PassReport::default());
-    };
-    let mut report = PassReport::default();
-    report.writes += sim.nodes.adopt(cluster)?;
-    namespace::sync(cluster, &i, &sim.options.root_ca, &mut report)?;
-    deployment::sync_replicasets(cluster, &i, &mut report)?;
-    replicaset::sync_pods(cluster, &i.replicasets, &i.pods, &mut report)?;
+/// One controller's part of a pass: it acts on the state the steps before it left.
+type Step = fn(&mut Cluster, &Infos, &Simulation, &mut PassReport) -> Result<(), WorkloadError>;
+
+/// The steps of a pass, in order: owners before what they own, then the kubelets, then the
+/// statuses that count what the kubelets did.
+const STEPS: [(&str, Step); 11] = [
+    ("nodes", |c, _, sim, r| {
+        r.writes += sim.nodes.adopt(c)?;
+        Ok(())
+    }),
+    ("namespaces", |c, i, sim, r| {
+        namespace::sync(c, i, &sim.options.root_ca, r)
+    }),
+    ("deployments", |c, i, sim, r| {
+        deployment::sync_replicasets(c, i, &sim.template_hashes, r)
+    }),
+    ("replicasets", |c, i, _, r| {
+        replicaset::sync_pods(c, &i.replicasets, &i.pods, r)
+    }),
     // ReplicationControllers keep their pods as ReplicaSets do.
-    if let Some(rc) = &i.replicationcontrollers {
-        replicaset::sync_pods(cluster, rc, &i.pods, &mut report)?;
-    }
-    if let Some(ds) = &i.daemonsets {
+    ("replicationcontrollers", |c, i, _, r| {
+        match &i.replicationcontrollers {
+            Some(rc) => replicaset::sync_pods(c, rc, &i.pods, r),
+            None => Ok(()),
+        }
+    }),
+    ("daemonsets", |c, i, _, r| {
+        let Some(ds) = &i.daemonsets else {
+            return Ok(());
+        };
         let infos = daemonset::DaemonSetInfos {
             daemonsets: ds,
             pods: &i.pods,
             nodes: &i.nodes,
             revisions: i.controllerrevisions.as_ref(),
         };
-        daemonset::sync(cluster, &infos, &mut report)?;
+        daemonset::sync(c, &infos, r)
+    }),
+    ("cronjobs", |c, i, _, r| {
+        if let (Some(cronjobs), Some(jobs)) = (&i.cronjobs, &i.jobs) {
+            r.wake_at = cronjob::sync(c, cronjobs, jobs, r)?;
+        }
+        Ok(())
+    }),
+    ("jobs", |c, i, _, r| match &i.jobs {
+        Some(jobs) => job::sync(c, jobs, &i.pods, r),
+        None => Ok(()),
+    }),
+    ("pods", |c, i, sim, r| pod::sync(c, i, sim, r)),
+    ("replicaset status", |c, i, _, r| {
+        replicaset::sync_status(c, &i.replicasets, &i.pods, r)?;
+        match &i.replicationcontrollers {
+            Some(rc) => replicaset::sync_status(c, rc, &i.pods, r),
+            None => Ok(()),
+        }
+    }),
+    ("deployment status", |c, i, sim, r| {
+        deployment::sync_status(c, i, &sim.template_hashes, r)
+    }),
+];
+
+/// What a pass needs before its steps: a valid pool and the simulated kinds (`None` until
+/// the registry serves them).
+fn prepare(cluster: &Cluster, sim: &Simulation) -> Result<Option<Infos>, WorkloadError> {
+    IpPool::parse(&sim.options.pod_cidr)?;
+    Ok(infos(cluster))
+}
+
+/// One reconciliation pass over every simulated kind, each as its controller would act on the
+/// state the previous one left; returns how much it wrote.
+pub fn reconcile(cluster: &mut Cluster, sim: &Simulation) -> Result<PassReport, WorkloadError> {
+    let Some(i) = prepare(cluster, sim)? else {
+        return Ok(PassReport::default());
+    };
+    let mut report = PassReport::default();
+    for (_, step) in STEPS {
+        step(cluster, &i, sim, &mut report)?;
     }
-    if let (Some(cronjobs), Some(jobs)) = (&i.cronjobs, &i.jobs) {
-        report.wake_at = cronjob::sync(cluster, cronjobs, jobs, &mut report)?;
+    Ok(report)
+}
+
+/// [`reconcile`] as the server runs it: the cluster lock is taken per step and other tasks get
+/// a turn between steps, so an API request waits for one controller's step, not a whole pass.
+async fn reconcile_shared(shared: &Shared, sim: &Simulation) -> Result<PassReport, WorkloadError> {
+    let Some(i) = prepare(&shared.lock(), sim)? else {
+        return Ok(PassReport::default());
+    };
+    let mut report = PassReport::default();
+    for (name, step) in STEPS {
+        step(&mut shared.lock(), &i, sim, &mut report).inspect_err(|e| {
+            tracing::debug!(step = name, error = %e, "workload simulation step failed");
+        })?;
+        tokio::task::yield_now().await;
     }
-    if let Some(jobs) = &i.jobs {
-        job::sync(cluster, jobs, &i.pods, &mut report)?;
-    }
-    pod::sync(cluster, &i, sim, &mut report)?;
-    replicaset::sync_status(cluster, &i.replicasets, &i.pods, &mut report)?;
-    if let Some(rc) = &i.replicationcontrollers {
-        replicaset::sync_status(cluster, rc, &i.pods, &mut report)?;
-    }
-    deployment::sync_status(cluster, &i, &mut report)?;
     Ok(report)
 }
 
@@ -334,14 +393,15 @@ pub fn spawn(shared: Arc<Shared>, sim: Simulation, simulate: bool) -> tokio::tas
             let mut settled_rv = 0;
             let mut wake_at = None;
             if simulate {
-                // Passes until nothing changes; each pass's own writes wake the next one.
+                // Passes until one writes nothing; each pass's own writes wake the next one.
+                let mut settled = false;
                 for _ in 0..10 {
-                    let mut cluster = shared.lock();
-                    let pass = reconcile(&mut cluster, &sim);
-                    settled_rv = cluster.store.resource_version();
-                    match pass {
+                    // Others write between the steps: what comes after this start is news.
+                    settled_rv = shared.lock().store.resource_version();
+                    match reconcile_shared(&shared, &sim).await {
                         Ok(r) if r.writes == 0 => {
                             wake_at = r.wake_at;
+                            settled = true;
                             break;
                         }
                         Ok(r) => wake_at = r.wake_at,
@@ -350,6 +410,10 @@ pub fn spawn(shared: Arc<Shared>, sim: Simulation, simulate: bool) -> tokio::tas
                             break;
                         }
                     }
+                }
+                if !settled {
+                    // A pass that fails or never settles waits for news, not for its own writes.
+                    settled_rv = shared.lock().store.resource_version();
                 }
             }
             // Drop the events the passes already saw; a later relevant one means another pass.
@@ -418,6 +482,7 @@ mod tests {
                 crate::kubelet::Kubelet::new(crate::kubelet::KubeletConfig::default())
                     .expect("log directory"),
             ),
+            template_hashes: Default::default(),
         }
     }
 

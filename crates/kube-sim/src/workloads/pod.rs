@@ -12,7 +12,7 @@ use super::{
 use crate::cluster::{Cluster, Sub};
 use crate::util;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
@@ -102,7 +102,16 @@ pub fn running_status(pod: &Value, ip: Ipv4Addr, host_ip: &str, ready: bool) -> 
     })
 }
 
+/// What a pass reads of one Node for the pods on it.
+struct NodeFacts {
+    ready: bool,
+    host_ip: Option<String>,
+}
+
 /// Pods: schedule and run.
+///
+/// Runs on every pass under the cluster lock, so it reads each pod once, copies a pod only to
+/// bind it, and reads the Nodes once (as the decoded trees the store keeps).
 pub(super) fn sync(
     cluster: &mut Cluster,
     i: &Infos,
@@ -110,40 +119,58 @@ pub(super) fn sync(
     report: &mut PassReport,
 ) -> Result<(), WorkloadError> {
     let pool = super::IpPool::parse(&sim.options.pod_cidr)?;
-    let mut taken: HashSet<Ipv4Addr> = all(cluster, &i.pods)
-        .iter()
-        .filter_map(|p| p["status"]["podIP"].as_str()?.parse().ok())
-        .collect();
+    let pods = all(cluster, &i.pods);
+    let mut taken: HashSet<Ipv4Addr> = HashSet::with_capacity(pods.len());
     let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
-    for p in all(cluster, &i.pods) {
+    for p in &pods {
+        if let Some(ip) = p["status"]["podIP"].as_str().and_then(|s| s.parse().ok()) {
+            taken.insert(ip);
+        }
         if let Some(n) = p["spec"]["nodeName"].as_str() {
             *per_node.entry(n.to_string()).or_insert(0) += 1;
         }
     }
-    let mut live: HashSet<String> = HashSet::new();
-    for p in all(cluster, &i.pods) {
+    let mut nodes: HashMap<String, NodeFacts> = all(cluster, &i.nodes)
+        .iter()
+        .map(|n| {
+            let facts = NodeFacts {
+                ready: node_ready(n),
+                host_ip: internal_ip(n),
+            };
+            (name(n).to_string(), facts)
+        })
+        .collect();
+    let mut live: HashSet<String> = HashSet::with_capacity(pods.len());
+    for p in pods {
         if deleting(&p) {
             continue;
         }
-        live.insert(
-            p["metadata"]["uid"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        );
-        let mut pod = (*p).clone();
+        live.insert(super::uid(&p).to_string());
+        let mut pod = p;
         if pod["spec"]["nodeName"].as_str().unwrap_or("").is_empty() {
             let Some(node) = pick_node(cluster, i, sim, &pod["spec"], &per_node)? else {
                 continue;
             };
             *per_node.entry(node.clone()).or_insert(0) += 1;
-            pod["spec"]["nodeName"] = json!(node);
+            if !nodes.contains_key(&node) {
+                // The default node, registered just now for this pod.
+                let registered = cluster
+                    .store
+                    .get(&i.nodes.storage_key(), &(String::new(), node.clone()));
+                let facts = NodeFacts {
+                    ready: registered.as_deref().is_none_or(node_ready),
+                    host_ip: registered.as_deref().and_then(internal_ip),
+                };
+                nodes.insert(node.clone(), facts);
+            }
+            let mut bound = Value::clone(&pod);
+            bound["spec"]["nodeName"] = json!(node);
             cluster
                 .update(
                     &i.pods,
-                    namespace(&pod),
-                    name(&pod),
-                    pod.clone(),
+                    namespace(&bound),
+                    name(&bound),
+                    bound.clone(),
                     Sub::Main,
                     &opts("kube-scheduler"),
                 )
@@ -151,25 +178,18 @@ pub(super) fn sync(
             report.writes += 1;
             match cluster.store.get(
                 &i.pods.storage_key(),
-                &(namespace(&pod).to_string(), name(&pod).to_string()),
+                &(namespace(&bound).to_string(), name(&bound).to_string()),
             ) {
-                Some(now) => pod = (*now).clone(),
+                Some(now) => pod = now,
                 None => continue,
             }
         }
-        let node_name = pod["spec"]["nodeName"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let node = cluster
-            .store
-            .get(&i.nodes.storage_key(), &(String::new(), node_name));
+        let node = nodes.get(pod["spec"]["nodeName"].as_str().unwrap_or_default());
         // A pod on an unknown node runs; on a known node it is as ready as the node.
-        let node_up = node.as_deref().is_none_or(node_ready);
+        let node_up = node.is_none_or(|n| n.ready);
         let host_ip = node
-            .as_deref()
-            .and_then(internal_ip)
-            .unwrap_or_else(|| "127.0.0.1".into());
+            .and_then(|n| n.host_ip.as_deref())
+            .unwrap_or("127.0.0.1");
         let ip = match pod["status"]["podIP"].as_str().and_then(|s| s.parse().ok()) {
             Some(ip) => ip,
             None => match pool.allocate(&taken) {
@@ -183,24 +203,26 @@ pub(super) fn sync(
                 }
             },
         };
+        let runs = sim.kubelet.runs(&pod);
         let terminal = matches!(
             pod["status"]["phase"].as_str(),
             Some("Succeeded" | "Failed")
         );
-        if terminal && !sim.kubelet.runs(&pod) {
+        if terminal && !runs {
             continue;
         }
-        let status = if sim.kubelet.runs(&pod) {
+        let status = if runs {
             // Its containers really run: the status follows their processes.
-            sim.kubelet.ensure_started(&pod, &ip.to_string());
+            let ip_text = ip.to_string();
+            sim.kubelet.ensure_started(&pod, &ip_text);
             sim.kubelet
-                .pod_status(&pod, &ip.to_string(), &host_ip)
-                .unwrap_or_else(|| running_status(&pod, ip, &host_ip, node_up))
+                .pod_status(&pod, &ip_text, host_ip)
+                .unwrap_or_else(|| running_status(&pod, ip, host_ip, node_up))
         } else if super::job::runs_to_completion(&pod) && pod["status"]["phase"] == "Running" {
             // A simulated Job pod completes one pass after it started running.
             super::job::succeeded_status(&pod)
         } else {
-            running_status(&pod, ip, &host_ip, node_up)
+            running_status(&pod, ip, host_ip, node_up)
         };
         write_status(cluster, &i.pods, &pod, status, "kubelet", report)?;
     }
