@@ -45,14 +45,11 @@ struct Pushed {
     hops: Vec<String>,
 }
 
-/// What a pass did and left undone.
+/// What a pass left undone.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Pass {
     /// A gateway pod's sidecar is not ready yet: re-check after a short backoff.
     pub unready: bool,
-    /// New next hops went to the router: a recycle waiting for a route learns it from this, as
-    /// no watch event announces a route.
-    pub pushed_hops: bool,
 }
 
 impl GatewayReconciler {
@@ -75,11 +72,16 @@ impl GatewayReconciler {
         }
     }
 
-    #[tracing::instrument(skip(self, world, gateway), fields(gateway = gateway.metadata.name.as_deref().unwrap_or_default()))]
+    /// One pass over `gateway`. The router's next hops go out before `gatewayPodStatus` is
+    /// written: the router is the data path a recycle waits for, and no watch event announces a
+    /// route, so `on_pushed` tells the recycles at once; the status only records what the
+    /// sidecars reported.
+    #[tracing::instrument(skip(self, world, gateway, on_pushed), fields(gateway = gateway.metadata.name.as_deref().unwrap_or_default()))]
     pub async fn reconcile(
         &self,
         world: &World,
         gateway: &SliceGateway,
+        on_pushed: impl FnOnce(),
     ) -> Result<Pass, ReconcileError> {
         let name = gateway.metadata.name.clone().unwrap_or_default();
         let Some(slice) = slice_of(gateway) else {
@@ -90,6 +92,12 @@ impl GatewayReconciler {
             .await?;
         // Pod status from the sidecars.
         let (infos, unready) = self.pod_status(world, &name).await;
+        let pushed = self
+            .push_next_hops(world, gateway, &name, &slice, &infos)
+            .await;
+        if matches!(pushed, Ok(true)) {
+            on_pushed();
+        }
         if gateway.gateway_pods() != infos.as_slice() {
             let api: Api<SliceGateway> = Api::namespaced(self.client.clone(), &self.namespace);
             let patch = json!({"status": {"gatewayPodStatus": infos}});
@@ -100,9 +108,22 @@ impl GatewayReconciler {
                     source,
                 })?;
         }
-        // Router next hops.
+        pushed?;
+        Ok(Pass { unready })
+    }
+
+    /// Pushes the next hops `infos` and the pods' labels select to the slice router, when they
+    /// differ from what it last got; whether they went out.
+    async fn push_next_hops(
+        &self,
+        world: &World,
+        gateway: &SliceGateway,
+        name: &str,
+        slice: &str,
+        infos: &[GwPodInfo],
+    ) -> Result<bool, ReconcileError> {
         let facts: Vec<GatewayPodFacts> = world
-            .gateway_pods(&name)
+            .gateway_pods(name)
             .iter()
             .map(|pod| {
                 let pod_name = pod.metadata.name.clone().unwrap_or_default();
@@ -119,39 +140,33 @@ impl GatewayReconciler {
             .collect();
         let hops = next_hops(&facts);
         let (Some((router_incarnation, router)), Some(subnet)) =
-            (world.router(&slice), remote_subnet(gateway))
+            (world.router(slice), remote_subnet(gateway))
         else {
-            return Ok(Pass {
-                unready,
-                pushed_hops: false,
-            });
+            return Ok(false);
         };
         let pushed = Pushed {
             router: router_incarnation,
             hops,
         };
-        let unchanged = lock(&self.pushed).get(&name) == Some(&pushed);
-        if !unchanged {
-            if let Err(error) = self
-                .sidecars
-                .set_next_hops(&router, &subnet, &pushed.hops)
-                .await
-            {
-                // Unknown what the router holds now: push again on the next pass.
-                lock(&self.pushed).remove(&name);
-                return Err(ReconcileError::PushNextHops {
-                    gateway: name,
-                    router,
-                    source: error,
-                });
-            }
-            tracing::info!(hops = ?pushed.hops, %router, "router next hops pushed");
-            lock(&self.pushed).insert(name, pushed);
+        if lock(&self.pushed).get(name) == Some(&pushed) {
+            return Ok(false);
         }
-        Ok(Pass {
-            unready,
-            pushed_hops: !unchanged,
-        })
+        if let Err(error) = self
+            .sidecars
+            .set_next_hops(&router, &subnet, &pushed.hops)
+            .await
+        {
+            // Unknown what the router holds now: push again on the next pass.
+            lock(&self.pushed).remove(name);
+            return Err(ReconcileError::PushNextHops {
+                gateway: name.to_owned(),
+                router,
+                source: error,
+            });
+        }
+        tracing::info!(hops = ?pushed.hops, %router, "router next hops pushed");
+        lock(&self.pushed).insert(name.to_owned(), pushed);
+        Ok(true)
     }
 
     async fn ensure_deployments(
@@ -235,13 +250,20 @@ impl GatewayReconciler {
     }
 
     /// `gatewayPodStatus` entries of the Running gateway pods, and whether any is not ready yet.
+    /// The sidecars are asked at once: a pass costs one gRPC round trip, not one per pod.
     async fn pod_status(&self, world: &World, gateway: &str) -> (Vec<GwPodInfo>, bool) {
-        let mut infos = Vec::new();
+        let pods: Vec<(Option<String>, String)> = world
+            .gateway_pods(gateway)
+            .iter()
+            .filter_map(|pod| Some((pod.metadata.name.clone(), pod_ip(pod)?)))
+            .collect();
+        let replies =
+            futures::future::join_all(pods.iter().map(|(_, ip)| self.sidecars.gateway_status(ip)))
+                .await;
+        let mut infos = Vec::with_capacity(pods.len());
         let mut unready = false;
-        for pod in world.gateway_pods(gateway) {
-            let Some(ip) = pod_ip(&pod) else { continue };
-            let name = pod.metadata.name.clone();
-            let status = match self.sidecars.gateway_status(&ip).await {
+        for ((name, ip), reply) in pods.into_iter().zip(replies) {
+            let status = match reply {
                 Ok(status) => status,
                 Err(error) => {
                     tracing::debug!(%error, pod = ?name, "gateway sidecar not answering");

@@ -255,13 +255,12 @@ async fn reconcile_gateway(
             if let Some(hold) = ctx.hold_writes() {
                 return Ok(hold);
             }
-            let Pass {
-                unready,
-                pushed_hops,
-            } = ctx.gateways.reconcile(&ctx.world, &gateway).await?;
-            if pushed_hops && let Some(name) = &gateway.metadata.name {
-                (ctx.wake_recycles)(vec![name.clone()]);
-            }
+            let wake = || {
+                if let Some(name) = &gateway.metadata.name {
+                    (ctx.wake_recycles)(vec![name.clone()]);
+                }
+            };
+            let Pass { unready, .. } = ctx.gateways.reconcile(&ctx.world, &gateway, wake).await?;
             if ctx.rebalance {
                 rebalance::reconcile(&ctx.world, &ctx.recycler, &gateway).await?;
             }
