@@ -9,12 +9,12 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use capstan_apis::networking::{LABEL_NODE_TYPE, LABEL_SLICEGW, NODE_TYPE_GATEWAY, SliceGateway};
 use capstan_apis::worker::WorkerSliceGwRecycler;
-use capstan_runtime::backoff::{BackoffConfig, PerObjectBackoff};
+use capstan_runtime::backoff::BackoffConfig;
 use capstan_runtime::cli::CommonArgs;
 use capstan_runtime::controller::{Binary, Gates, Reconciler, RetryPolicy, Target, drive, reflect};
 use capstan_runtime::leader::LeaderHandle;
@@ -38,6 +38,7 @@ pub mod error;
 pub mod gateway;
 pub mod metrics;
 pub mod ops;
+pub mod probe;
 pub mod rebalance;
 pub mod recycler;
 pub mod sidecars;
@@ -49,6 +50,7 @@ pub use cli::{Args, Command, Role};
 
 use crate::error::ReconcileError;
 use crate::gateway::{GatewayReconciler, Pass};
+use crate::probe::ProbeLadder;
 use crate::recycler::Recycler;
 use crate::sidecars::Sidecars;
 use crate::template::GatewayTemplate;
@@ -178,8 +180,8 @@ pub struct Context {
     /// Spans, metrics and error retries of every reconcile (kind = SliceGateway or
     /// WorkerSliceGwRecycler).
     pub reconciler: Reconciler,
-    /// Per object: the next pause before re-probing a gRPC condition no watch event announces.
-    pub probes: PerObjectBackoff<String>,
+    /// Per object: when to re-probe a gRPC condition no watch event announces.
+    pub probes: ProbeLadder,
     /// Reconciles the recycles of these SliceGateways now: the gateway reconciler changed
     /// something of theirs that no watch event announces (the router's next hops).
     pub wake_recycles: Box<dyn Fn(Vec<String>) + Send + Sync>,
@@ -187,15 +189,15 @@ pub struct Context {
     pub caches_ready: Arc<AtomicBool>,
 }
 
-/// Re-probing a gRPC condition: 5 ms doubling to 1 s, reset by progress. A new gateway's sidecar
-/// binds its port a few milliseconds after its pod turns Running; a connection refused costs
-/// microseconds, so the first re-checks come soon and the steady rate is still one per second.
-pub const PROBE_BACKOFF: BackoffConfig = BackoffConfig {
-    base: Duration::from_millis(5),
-    max: Duration::from_secs(1),
-    factor: 2,
-    jitter: false,
-};
+/// Re-probing a gRPC condition: 2 ms, 4 ms, 8 ms, ... after the wait began, then every second
+/// ([`probe::ProbeLadder`]). A new gateway's sidecar binds its port a few milliseconds after its
+/// pod turns Running; a connection refused costs microseconds, so the first re-checks come soon
+/// and the steady rate is still one per second.
+pub const PROBE_BASE: Duration = Duration::from_millis(2);
+pub const PROBE_MAX: Duration = Duration::from_secs(1);
+
+/// What the gateway reconciler waits for when a gateway pod's sidecar is not ready yet.
+const SIDECAR_READY: &str = "gateway_sidecar_ready";
 
 /// Retries of failed reconciles: a conflict soon (the watch brings the newer object), anything
 /// else (API or sidecar errors) backing off per object from 100 ms to 2 s, since a recycle is
@@ -218,13 +220,13 @@ impl Context {
         (!writable).then(Action::await_change)
     }
 
-    /// When to look at `target` again: after the next probe delay while it waits on a gRPC
-    /// condition, at `recheck_after` for a time-based wait (whichever is first), else on the next
-    /// watch event. Progress (or no probing) starts the probe delay over.
+    /// When to look at `target` again: at the next rung of its probe ladder while it waits on a
+    /// gRPC condition (`probing`), at `recheck_after` for a time-based wait (whichever is first),
+    /// else on the next watch event. Progress (or no probing) ends the wait.
     fn next_check(
         &self,
         target: Target<'_>,
-        probe_again: bool,
+        probing: Option<&'static str>,
         recheck_after: Option<Duration>,
         progressed: bool,
     ) -> Action {
@@ -234,10 +236,10 @@ impl Context {
             target.namespace.unwrap_or_default(),
             target.name
         );
-        if progressed || !probe_again {
+        if progressed || probing.is_none() {
             self.probes.reset(&key);
         }
-        let probe = probe_again.then(|| self.probes.next_delay(&key));
+        let probe = probing.map(|on| self.probes.next_delay(&key, on, Instant::now()));
         match probe.into_iter().chain(recheck_after).min() {
             Some(after) => Action::requeue(after),
             None => Action::await_change(),
@@ -264,7 +266,7 @@ async fn reconcile_gateway(
             if ctx.rebalance {
                 rebalance::reconcile(&ctx.world, &ctx.recycler, &gateway).await?;
             }
-            Ok(ctx.next_check(target, unready, None, false))
+            Ok(ctx.next_check(target, unready.then_some(SIDECAR_READY), None, false))
         })
         .await
 }
@@ -285,7 +287,7 @@ async fn reconcile_recycler(
                 .await?;
             Ok(ctx.next_check(
                 target,
-                outcome.probe_again,
+                outcome.probing,
                 outcome.recheck_after,
                 outcome.progressed,
             ))
@@ -355,7 +357,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         gateways: w.gateways,
         rebalance: w.rebalance,
         reconciler: Reconciler::new(w.metrics, RETRY),
-        probes: PerObjectBackoff::new(PROBE_BACKOFF),
+        probes: ProbeLadder::new(PROBE_BASE, PROBE_MAX),
         wake_recycles: Box::new(to_recyclers.clone()),
         leader: w.leader.clone(),
         caches_ready: caches_ready.clone(),

@@ -78,11 +78,14 @@ pub struct Recycler {
     pub manager: String,
 }
 
+/// What a pass that performed work waits for: the work's effect, which the next probe shows.
+pub const AFTER_WORK: &str = "after_work";
+
 /// What a pass of one CR left to do.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Outcome {
-    /// Waiting on a condition that only a probe notices: re-check after a short backoff.
-    pub probe_again: bool,
+    /// Waiting on this condition, which only a probe notices: re-check on the probe ladder.
+    pub probing: Option<&'static str>,
     /// Waiting on time: re-check after this.
     pub recheck_after: Option<Duration>,
     /// Something was written.
@@ -284,7 +287,7 @@ impl Recycler {
                         .await?;
                 }
                 Ok(Outcome {
-                    probe_again: true,
+                    probing: Some(AFTER_WORK),
                     progressed: true,
                     ..Outcome::default()
                 })
@@ -308,7 +311,7 @@ impl Recycler {
             } => {
                 tracing::debug!(missing = missing.metric_label(), "waiting");
                 Ok(Outcome {
-                    probe_again: recheck_after.is_none(),
+                    probing: recheck_after.is_none().then(|| missing.metric_label()),
                     recheck_after: recheck_after.map(|d| {
                         // Re-check at most every step timeout, so the timeout also fires when idle.
                         d.min(self.timing.step_timeout)
@@ -464,7 +467,7 @@ impl Recycler {
             ClientAction::Work(work) => {
                 self.side(world, gateway).perform(&work).await?;
                 Ok(Outcome {
-                    probe_again: true,
+                    probing: Some(AFTER_WORK),
                     progressed: true,
                     ..Outcome::default()
                 })
@@ -472,7 +475,7 @@ impl Recycler {
             ClientAction::Wait(missing) => {
                 tracing::debug!(missing = missing.metric_label(), "waiting");
                 Ok(Outcome {
-                    probe_again: true,
+                    probing: Some(missing.metric_label()),
                     ..Outcome::default()
                 })
             }

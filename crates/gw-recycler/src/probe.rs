@@ -1,0 +1,119 @@
+//! When to look again at a condition that only a gRPC probe notices (a new gateway's sidecar
+//! answering, a route present): on a ladder of `base`, 2·`base`, 4·`base`, ... after the wait
+//! began, the rungs at most `max` apart. Watch events start passes of their own meanwhile, and
+//! those probe too, but they do not climb the ladder: with a per-attempt backoff, the events of a
+//! pod coming up used the short pauses, and the sidecar, bound a few milliseconds later, was
+//! noticed only at the next long one.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use capstan_runtime::sync::lock;
+
+/// The pause from `elapsed` (time since the wait began) to the ladder's next rung.
+pub fn delay_after(base: Duration, max: Duration, elapsed: Duration) -> Duration {
+    let base = base.max(Duration::from_micros(1));
+    let mut rung = base;
+    while rung <= elapsed {
+        // Doubling while the step is below `max`, then `max` apart.
+        rung += rung.min(max.max(base));
+    }
+    rung - elapsed
+}
+
+/// One object's current wait.
+#[derive(Debug, Clone, Copy)]
+struct Wait {
+    /// What it waits for: another condition is another wait, its ladder from the start.
+    on: &'static str,
+    since: Instant,
+}
+
+/// The probe ladders of the objects waiting on a probe, by key.
+#[derive(Debug)]
+pub struct ProbeLadder {
+    base: Duration,
+    max: Duration,
+    waits: Mutex<HashMap<String, Wait>>,
+}
+
+impl ProbeLadder {
+    pub fn new(base: Duration, max: Duration) -> Self {
+        Self {
+            base,
+            max,
+            waits: Mutex::default(),
+        }
+    }
+
+    /// The pause before the next timed probe of `key`, waiting for `on` at `now`.
+    pub fn next_delay(&self, key: &str, on: &'static str, now: Instant) -> Duration {
+        let since = {
+            let mut waits = lock(&self.waits);
+            let wait = waits
+                .entry(key.to_owned())
+                .or_insert(Wait { on, since: now });
+            if wait.on != on {
+                *wait = Wait { on, since: now };
+            }
+            wait.since
+        };
+        delay_after(self.base, self.max, now.saturating_duration_since(since))
+    }
+
+    /// `key` waits for nothing any more (it progressed, or waits for a watch event or a time).
+    pub fn reset(&self, key: &str) {
+        lock(&self.waits).remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn rungs_double_from_base_then_stay_max_apart() {
+        let at = |elapsed| delay_after(ms(2), ms(100), ms(elapsed));
+        assert_eq!(at(0), ms(2));
+        assert_eq!(at(1), ms(1));
+        assert_eq!(at(2), ms(2), "on a rung: the next one");
+        assert_eq!(at(5), ms(3));
+        assert_eq!(at(64), ms(64));
+        // 2, 4, ..., 128, then 100 apart: 228, 328, ...
+        assert_eq!(at(128), ms(100));
+        assert_eq!(at(300), ms(28));
+        assert!(delay_after(ms(2), ms(100), Duration::from_secs(3600)) <= ms(100));
+    }
+
+    #[test]
+    fn passes_between_rungs_do_not_climb_the_ladder() {
+        let ladder = ProbeLadder::new(ms(2), ms(1000));
+        let start = Instant::now();
+        assert_eq!(ladder.next_delay("cr", "new_nsm_ip", start), ms(2));
+        // Three watch events within the first millisecond: each is told the same first rung.
+        for _ in 0..3 {
+            assert_eq!(ladder.next_delay("cr", "new_nsm_ip", start + ms(1)), ms(1));
+        }
+        assert_eq!(ladder.next_delay("cr", "new_nsm_ip", start + ms(9)), ms(7));
+    }
+
+    #[test]
+    fn a_new_condition_or_a_reset_starts_a_new_ladder() {
+        let ladder = ProbeLadder::new(ms(2), ms(1000));
+        let start = Instant::now();
+        ladder.next_delay("cr", "new_deployment_present", start);
+        assert_eq!(ladder.next_delay("cr", "new_nsm_ip", start + ms(50)), ms(2));
+        ladder.reset("cr");
+        assert_eq!(ladder.next_delay("cr", "new_nsm_ip", start + ms(90)), ms(2));
+        // Other objects have ladders of their own.
+        assert_eq!(
+            ladder.next_delay("other", "new_nsm_ip", start + ms(91)),
+            ms(2)
+        );
+    }
+}
