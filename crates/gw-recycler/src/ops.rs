@@ -40,22 +40,27 @@ impl LocalSide<'_> {
                     .await
             }
             Work::TriggerGwDeploymentDeletion { old, new } => {
-                self.edit_intermediate(|list| list.retain(|d| d != new))
-                    .await?;
-                let deployments: Api<Deployment> =
-                    Api::namespaced(self.client.clone(), self.namespace);
-                if self.world.deployment(old).is_some() {
+                // Independent writes: the gateway reconciler deletes a marked deployment once
+                // another of its instance stays, whatever the intermediate list says.
+                let regular = self.edit_intermediate(|list| list.retain(|d| d != new));
+                let mark = async {
+                    if self.world.deployment(old).is_none() {
+                        return Ok(());
+                    }
+                    let deployments: Api<Deployment> =
+                        Api::namespaced(self.client.clone(), self.namespace);
                     let patch =
                         json!({"metadata": {"labels": {LABEL_MARKED_FOR_DELETION: "true"}}});
                     deployments
                         .patch(old, &self.params(), &Patch::Merge(&patch))
                         .await
+                        .map(drop)
                         .map_err(|source| ReconcileError::MarkForDeletion {
                             deployment: old.clone(),
                             source,
-                        })?;
-                }
-                Ok(())
+                        })
+                };
+                futures::try_join!(regular, mark).map(drop)
             }
         }
     }
