@@ -123,28 +123,38 @@ pub fn decide(
 
 /// Digest of a spec's canonical JSON (typed, so unknown fields are dropped as the API server
 /// prunes them; `null` and empty lists count as absent; object keys in sorted order).
+///
+/// The controller takes one per NodeSLO it decides on and per watch event of one, so the
+/// canonical form is hashed as it is walked (what `spec::canonical` would keep) rather than
+/// built as a second tree first.
 pub fn spec_digest(spec: &NodeSloSpec) -> u64 {
     let value = serde_json::to_value(spec).unwrap_or(Value::Null);
     let mut hasher = DefaultHasher::new();
-    hash_canonical(&crate::spec::canonical(&value), &mut hasher);
+    hash_canonical(&value, &mut hasher);
     hasher.finish()
+}
+
+/// Whether `spec::canonical` keeps an object member with this value.
+fn kept_member(value: &Value) -> bool {
+    !value.is_null() && !matches!(value, Value::Array(items) if items.is_empty())
 }
 
 fn hash_canonical(value: &Value, hasher: &mut DefaultHasher) {
     match value {
         Value::Null => 0u8.hash(hasher),
         Value::Bool(b) => (1u8, b).hash(hasher),
-        Value::Number(n) => (2u8, n.to_string()).hash(hasher),
+        Value::Number(n) => (2u8, n).hash(hasher),
         Value::String(s) => (3u8, s).hash(hasher),
         Value::Array(items) => {
             (4u8, items.len()).hash(hasher);
             items.iter().for_each(|item| hash_canonical(item, hasher));
         }
         Value::Object(map) => {
-            (5u8, map.len()).hash(hasher);
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            for (key, item) in entries {
+            let mut members: Vec<_> = map.iter().filter(|(_, v)| kept_member(v)).collect();
+            // serde_json's map is sorted already unless a dependency turns on `preserve_order`.
+            members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            (5u8, members.len()).hash(hasher);
+            for (key, item) in members {
                 key.hash(hasher);
                 hash_canonical(item, hasher);
             }
@@ -155,7 +165,66 @@ fn hash_canonical(value: &Value, hasher: &mut DefaultHasher) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use std::collections::BTreeMap;
+
+    /// The digest as first written: the canonical tree built, then hashed (numbers by text).
+    fn digest_of_built_tree(spec: &NodeSloSpec) -> u64 {
+        fn hash(value: &Value, hasher: &mut DefaultHasher) {
+            match value {
+                Value::Null => 0u8.hash(hasher),
+                Value::Bool(b) => (1u8, b).hash(hasher),
+                Value::Number(n) => (2u8, n.to_string()).hash(hasher),
+                Value::String(s) => (3u8, s).hash(hasher),
+                Value::Array(items) => {
+                    (4u8, items.len()).hash(hasher);
+                    items.iter().for_each(|item| hash(item, hasher));
+                }
+                Value::Object(map) => {
+                    (5u8, map.len()).hash(hasher);
+                    for (key, item) in map {
+                        key.hash(hasher);
+                        hash(item, hasher);
+                    }
+                }
+            }
+        }
+        let value = serde_json::to_value(spec).expect("spec");
+        let mut hasher = DefaultHasher::new();
+        hash(&crate::spec::canonical(&value), &mut hasher);
+        hasher.finish()
+    }
+
+    #[test]
+    fn the_walked_digest_tells_specs_apart_as_the_built_canonical_tree_does() {
+        let specs: Vec<NodeSloSpec> = [
+            json!({}),
+            json!({"resourceUsedThresholdWithBE": {"enable": true, "cpuSuppressThresholdPercent": 65}}),
+            json!({"resourceUsedThresholdWithBE": {"enable": true, "cpuSuppressThresholdPercent": 42}}),
+            json!({"resourceUsedThresholdWithBE": {"enable": false, "cpuSuppressThresholdPercent": 65}}),
+            json!({"resourceUsedThresholdWithBE": {"enable": true, "cpuSuppressThresholdPercent": 65,
+                   "cpuSuppressPolicy": null}}),
+            json!({"extensions": {"a": [], "b": {"c": null, "d": [1, 2.5, -3]}}}),
+            json!({"extensions": {"b": {"d": [1, 2.5, -3]}}}),
+            json!({"extensions": {"b": {"d": [1, 2.5, -4]}}}),
+        ]
+        .into_iter()
+        .map(|v| serde_json::from_value(v).expect("spec"))
+        .collect();
+        for a in &specs {
+            for b in &specs {
+                assert_eq!(
+                    spec_digest(a) == spec_digest(b),
+                    digest_of_built_tree(a) == digest_of_built_tree(b),
+                    "{a:?} vs {b:?}"
+                );
+            }
+        }
+        // Null members and empty lists count as absent.
+        assert_eq!(spec_digest(&specs[1]), spec_digest(&specs[4]));
+        assert_eq!(spec_digest(&specs[5]), spec_digest(&specs[6]));
+        assert_ne!(spec_digest(&specs[6]), spec_digest(&specs[7]));
+    }
 
     fn node(labels: &[(&str, &str)]) -> NodeFacts {
         NodeFacts {
