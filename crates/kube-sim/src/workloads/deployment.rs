@@ -12,7 +12,7 @@ use crate::cluster::{Cluster, Sub};
 use crate::util;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 const MANAGER: &str = "kube-controller-manager";
 /// The annotation numbering a Deployment's ReplicaSets in rollout order (`kubectl rollout
@@ -110,10 +110,12 @@ impl TemplateHashes {
         }
     }
 
-    /// Forgets the Deployments not in `live`.
-    fn keep_only(&self, live: &HashSet<&str>) {
+    /// Forgets the Deployments not in `live` (every Deployment there is); a pass that finds
+    /// no more remembered than live, as most do, builds no set.
+    fn keep_only(&self, live: &[Arc<Value>]) {
         let mut memo = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if memo.len() > live.len() {
+            let live: HashSet<&str> = live.iter().map(|d| uid(d)).collect();
             memo.retain(|uid, _| live.contains(uid.as_str()));
         }
     }
@@ -154,7 +156,7 @@ pub(super) fn sync_replicasets(
     let replicasets = all(cluster, &i.replicasets);
     let replicasets_of = Owned::index(&replicasets);
     let deployments = all(cluster, &i.deployments);
-    hashes.keep_only(&deployments.iter().map(|d| uid(d)).collect());
+    hashes.keep_only(&deployments);
     for d in deployments {
         if deleting(&d) {
             continue;
@@ -327,7 +329,7 @@ mod tests {
             hashes.of(&bare),
             pod_template_hash(&bare["spec"]["template"])
         );
-        hashes.keep_only(&HashSet::new());
+        hashes.keep_only(&[]);
         assert_eq!(hashes.0.lock().expect("memo").len(), 0);
     }
 

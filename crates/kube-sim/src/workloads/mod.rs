@@ -341,14 +341,16 @@ pub fn reconcile(cluster: &mut Cluster, sim: &Simulation) -> Result<PassReport, 
 /// [`reconcile`] as the server runs it: the cluster lock is taken per step and other tasks get
 /// a turn between steps, so an API request waits for one controller's step, not a whole pass.
 async fn reconcile_shared(shared: &Shared, sim: &Simulation) -> Result<PassReport, WorkloadError> {
-    let Some(i) = prepare(&shared.lock(), sim)? else {
+    let failed = |step: &str, e: &WorkloadError| {
+        tracing::warn!(step, error = %e, "workload simulation pass failed");
+    };
+    let prepared = prepare(&shared.lock(), sim);
+    let Some(i) = prepared.inspect_err(|e| failed("prepare", e))? else {
         return Ok(PassReport::default());
     };
     let mut report = PassReport::default();
     for (name, step) in STEPS {
-        step(&mut shared.lock(), &i, sim, &mut report).inspect_err(|e| {
-            tracing::debug!(step = name, error = %e, "workload simulation step failed");
-        })?;
+        step(&mut shared.lock(), &i, sim, &mut report).inspect_err(|e| failed(name, e))?;
         tokio::task::yield_now().await;
     }
     Ok(report)
@@ -405,10 +407,8 @@ pub fn spawn(shared: Arc<Shared>, sim: Simulation, simulate: bool) -> tokio::tas
                             break;
                         }
                         Ok(r) => wake_at = r.wake_at,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "workload simulation pass failed");
-                            break;
-                        }
+                        // Logged with the step that failed.
+                        Err(_) => break,
                     }
                 }
                 if !settled {

@@ -165,24 +165,20 @@ pub(super) fn sync(
             }
             let mut bound = Value::clone(&pod);
             bound["spec"]["nodeName"] = json!(node);
-            cluster
+            let (ns, pod_name) = (namespace(&pod).to_owned(), name(&pod).to_owned());
+            // The update answers with the object as stored: the pass goes on with that.
+            let stored = cluster
                 .update(
                     &i.pods,
-                    namespace(&bound),
-                    name(&bound),
-                    bound.clone(),
+                    &ns,
+                    &pod_name,
+                    bound,
                     Sub::Main,
                     &opts("kube-scheduler"),
                 )
                 .map_err(|e| write_err("a Pod binding", &e))?;
             report.writes += 1;
-            match cluster.store.get(
-                &i.pods.storage_key(),
-                &(namespace(&bound).to_string(), name(&bound).to_string()),
-            ) {
-                Some(now) => pod = now,
-                None => continue,
-            }
+            pod = Arc::new(stored);
         }
         let node = nodes.get(pod["spec"]["nodeName"].as_str().unwrap_or_default());
         // A pod on an unknown node runs; on a known node it is as ready as the node.
