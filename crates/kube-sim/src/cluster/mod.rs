@@ -12,7 +12,7 @@ mod write;
 
 pub use write::PreparedCreate;
 
-use validation::{check_type_meta, metadata_errors, name_errors};
+use validation::{check_body_shape, check_type_meta, metadata_errors, name_errors};
 
 use crate::apply::{self, Writer};
 use crate::convert;

@@ -437,3 +437,37 @@ fn creates_see_a_namespace_start_terminating() {
         .expect_err("terminating");
     assert_eq!((err.code, err.reason.as_str()), (403, "Forbidden"));
 }
+
+#[test]
+fn create_and_update_refuse_a_body_that_is_not_an_object_of_the_urls_kind() {
+    let mut c = Cluster::new(100);
+    let cms = builtin(&c, "", "v1", "configmaps");
+    for body in [json!([1]), json!("text")] {
+        let e = c
+            .create(&cms, "default", body.clone(), &by_test())
+            .expect_err("not an object");
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (400, "the body of the request must be an object")
+        );
+        let e = c
+            .update(&cms, "default", "a", body, Sub::Main, &by_test())
+            .expect_err("not an object");
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (400, "the body of the request must be an object")
+        );
+    }
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a"}});
+    let e = c
+        .create(&cms, "default", secret.clone(), &by_test())
+        .expect_err("another kind");
+    assert_eq!(e.code, 400);
+    assert!(e.message.contains("Secret"), "{}", e.message);
+    c.create(&cms, "default", configmap("a", json!({})), &by_test())
+        .expect("a ConfigMap");
+    let e = c
+        .update(&cms, "default", "a", secret, Sub::Main, &by_test())
+        .expect_err("another kind");
+    assert_eq!(e.code, 400);
+}

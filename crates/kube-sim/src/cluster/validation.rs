@@ -89,6 +89,17 @@ pub(super) fn metadata_errors(obj: &Value) -> Vec<FieldError> {
     errs
 }
 
+/// A create or update body: a JSON object whose type meta, when given, names the resource of
+/// the URL.
+pub(super) fn check_body_shape(info: &ResourceInfo, body: &Value) -> Result<()> {
+    if !body.is_object() {
+        return Err(ApiError::bad_request(
+            "the body of the request must be an object",
+        ));
+    }
+    check_type_meta(info, body)
+}
+
 /// The body's `apiVersion`/`kind`, when given, must name the resource of the URL.
 pub(super) fn check_type_meta(info: &ResourceInfo, body: &Value) -> Result<()> {
     if let Some(kind) = body["kind"].as_str()

@@ -84,12 +84,7 @@ impl Cluster {
         sub: Sub,
         opts: &WriteOptions,
     ) -> Result<Value> {
-        if !body.is_object() {
-            return Err(ApiError::bad_request(
-                "the body of the request must be an object",
-            ));
-        }
-        check_type_meta(info, &body)?;
+        check_body_shape(info, &body)?;
         let body_name = meta(&body)["name"].as_str().unwrap_or_default();
         if body_name != name {
             return Err(ApiError::bad_request(format!(
@@ -469,12 +464,7 @@ impl PreparedCreate {
         opts: &WriteOptions,
         random: &Random,
     ) -> Result<Self> {
-        if !body.is_object() {
-            return Err(ApiError::bad_request(
-                "the body of the request must be an object",
-            ));
-        }
-        check_type_meta(info, &body)?;
+        check_body_shape(info, &body)?;
         body["apiVersion"] = json!(info.api_version());
         body["kind"] = json!(info.kind);
         let body_ns = meta(&body)["namespace"]
