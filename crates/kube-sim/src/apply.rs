@@ -308,24 +308,33 @@ pub struct ManagedEntry {
     pub fields: FieldSet,
 }
 
-fn seg_name(seg: &Seg) -> String {
-    match seg {
-        Seg::Field(f) => format!("f:{f}"),
-        Seg::Key(k) => format!("k:{k}"),
-        Seg::Val(v) => format!("v:{v}"),
-    }
+/// Writes a segment's `fieldsV1` key (`f:name`, `k:{...}`, `v:...`) into `out`.
+fn write_seg_name(out: &mut String, seg: &Seg) {
+    let (prefix, name) = match seg {
+        Seg::Field(f) => ("f:", f),
+        Seg::Key(k) => ("k:", k),
+        Seg::Val(v) => ("v:", v),
+    };
+    out.clear();
+    out.push_str(prefix);
+    out.push_str(name);
 }
 
-/// Encodes a field set as `fieldsV1`.
+/// Encodes a field set as `fieldsV1`. Paths share their prefixes, so a key is allocated only
+/// where a new node is inserted.
 pub fn to_fields_v1(set: &FieldSet) -> Value {
     let mut root = Map::new();
+    let mut name = String::new();
     for path in set {
         let mut cur = &mut root;
         for (i, seg) in path.iter().enumerate() {
-            let entry = cur
-                .entry(seg_name(seg))
-                .or_insert_with(|| Value::Object(Map::new()));
-            let Value::Object(m) = entry else { break };
+            write_seg_name(&mut name, seg);
+            if !cur.contains_key(&name) {
+                cur.insert(name.clone(), Value::Object(Map::new()));
+            }
+            let Some(Value::Object(m)) = cur.get_mut(&name) else {
+                break;
+            };
             cur = m;
             if i == path.len() - 1 && matches!(seg, Seg::Key(_)) {
                 cur.insert(".".into(), json!({}));

@@ -97,23 +97,25 @@ struct Walker<'s> {
 }
 
 impl<'s> Walker<'s> {
-    fn type_error(&mut self, v: &Value, owner: &str, path: &str, go: String) {
+    fn type_error(&mut self, v: &Value, owner: &str, path: &Path<'_>, go: String) {
         if self.found.type_error.is_none() {
             self.found.type_error = Some(format!(
-                "json: cannot unmarshal {} into Go struct field {}.{path} of type {go}",
+                "json: cannot unmarshal {} into Go struct field {}.{} of type {go}",
                 json_type(v),
-                short_name(owner)
+                short_name(owner),
+                path.render()
             ));
         }
     }
 
     /// Checks one object against a message; removes and records the fields it does not declare.
-    fn message(&mut self, name: &str, obj: &mut Map<String, Value>, path: &str, root: bool) {
+    /// Paths are rendered only for what is reported: a valid body allocates none.
+    fn message(&mut self, name: &str, obj: &mut Map<String, Value>, path: &Path<'_>, root: bool) {
         let Some(msg) = self.schema.message(name) else {
             return;
         };
-        let keys: Vec<String> = obj.keys().cloned().collect();
-        for key in keys {
+        let mut undeclared = Vec::new();
+        for (key, v) in obj.iter_mut() {
             if root && matches!(key.as_str(), "apiVersion" | "kind") {
                 continue;
             }
@@ -121,21 +123,23 @@ impl<'s> Walker<'s> {
             if key.starts_with('$') {
                 continue;
             }
-            let p = join(path, &key);
-            let Some((owner, field)) = msg
+            let at = Path::Key(path, key);
+            match msg
                 .fields
                 .iter()
-                .find(|f| f.json == key && f.inlined().is_none())
+                .find(|f| f.json == *key && f.inlined().is_none())
                 .map(|f| (name, f))
-                .or_else(|| self.inlined_field(msg, &key))
-            else {
-                obj.remove(&key);
-                self.found.unknown.push(p);
-                continue;
-            };
-            if let Some(v) = obj.get_mut(&key) {
-                self.field(owner, field, v, &p);
+                .or_else(|| self.inlined_field(msg, key))
+            {
+                Some((owner, field)) => self.field(owner, field, v, &at),
+                None => {
+                    self.found.unknown.push(at.render());
+                    undeclared.push(key.clone());
+                }
             }
+        }
+        for key in undeclared {
+            obj.remove(&key);
         }
     }
 
@@ -153,7 +157,7 @@ impl<'s> Walker<'s> {
         })
     }
 
-    fn field(&mut self, owner: &str, field: &Field, v: &mut Value, path: &str) {
+    fn field(&mut self, owner: &str, field: &Field, v: &mut Value, path: &Path<'_>) {
         if v.is_null() {
             return;
         }
@@ -161,14 +165,12 @@ impl<'s> Walker<'s> {
             (Label::Optional, v) => self.value(owner, field, v, path, path),
             (Label::Repeated, Value::Array(items)) => {
                 for (i, item) in items.iter_mut().enumerate() {
-                    let item_path = format!("{path}[{i}]");
-                    self.value(owner, field, item, &item_path, path);
+                    self.value(owner, field, item, &Path::Index(path, i), path);
                 }
             }
             (Label::Map, Value::Object(m)) => {
                 for (k, item) in m.iter_mut() {
-                    let item_path = join(path, k);
-                    self.value(owner, field, item, &item_path, path);
+                    self.value(owner, field, item, &Path::Key(path, k), path);
                 }
             }
             (_, v) => {
@@ -179,7 +181,14 @@ impl<'s> Walker<'s> {
     }
 
     /// One value of a field's element type; `field_path` is where Go names the field.
-    fn value(&mut self, owner: &str, field: &Field, v: &mut Value, path: &str, field_path: &str) {
+    fn value(
+        &mut self,
+        owner: &str,
+        field: &Field,
+        v: &mut Value,
+        path: &Path<'_>,
+        field_path: &Path<'_>,
+    ) {
         let ok = match (&field.ty, &*v) {
             (_, Value::Null) => true,
             (Ty::String, Value::String(_)) | (Ty::Bool, Value::Bool(_)) => true,
@@ -218,8 +227,9 @@ impl<'s> Walker<'s> {
                 (_, other) => json_type(other).to_string(),
             };
             self.found.type_error = Some(format!(
-                "json: cannot unmarshal {what} into Go struct field {}.{field_path} of type {}",
+                "json: cannot unmarshal {what} into Go struct field {}.{} of type {}",
                 short_name(owner),
+                field_path.render(),
                 go_type(field, true)
             ));
         }
@@ -365,11 +375,11 @@ pub fn admit(
         schema: s,
         found: Findings::default(),
     };
-    w.message(message, obj, "", true);
+    w.message(message, obj, &Path::Root, true);
     let version = api_version.rsplit('/').next().unwrap_or(api_version);
-    let prefix = format!("{kind} in version \"{version}\" cannot be handled as a {kind}");
+    let prefix = || format!("{kind} in version \"{version}\" cannot be handled as a {kind}");
     if let Some(e) = w.found.type_error {
-        return Err(ApiError::bad_request(format!("{prefix}: {e}")));
+        return Err(ApiError::bad_request(format!("{}: {e}", prefix())));
     }
     let unknown: Vec<String> = duplicates
         .iter()
@@ -383,7 +393,8 @@ pub fn admit(
         .collect();
     match mode {
         Mode::Strict if !unknown.is_empty() => Err(ApiError::bad_request(format!(
-            "{prefix}: strict decoding error: {}",
+            "{}: strict decoding error: {}",
+            prefix(),
             unknown.join(", ")
         ))),
         Mode::Warn => Ok(unknown),
