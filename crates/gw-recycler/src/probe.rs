@@ -4,12 +4,22 @@
 //! those probe too, but they do not climb the ladder: with a per-attempt backoff, the events of a
 //! pod coming up used the short pauses, and the sidecar, bound a few milliseconds later, was
 //! noticed only at the next long one.
+//!
+//! An object deleted while it waits is never reset; its entry goes in a sweep once it has not
+//! been probed for [`IDLE_RUNGS`] rungs of `max`, since a waiting object is probed at least every
+//! `max`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use capstan_runtime::sync::lock;
+
+/// A wait not probed for this many `max` rungs has ended unseen (its object was deleted).
+pub const IDLE_RUNGS: u32 = 10;
+
+/// Sweeps start once this many objects wait, then each time the count doubles.
+const FIRST_SWEEP: usize = 64;
 
 /// The pause from `elapsed` (time since the wait began) to the ladder's next rung.
 pub fn delay_after(base: Duration, max: Duration, elapsed: Duration) -> Duration {
@@ -28,6 +38,15 @@ struct Wait {
     /// What it waits for: another condition is another wait, its ladder from the start.
     on: &'static str,
     since: Instant,
+    /// The last time it was asked for: the sweep's measure of a wait that ended unseen.
+    last: Instant,
+}
+
+#[derive(Debug)]
+struct Waits {
+    by_key: HashMap<String, Wait>,
+    /// The count of waits at which the next sweep runs.
+    sweep_at: usize,
 }
 
 /// The probe ladders of the objects waiting on a probe, by key.
@@ -35,7 +54,7 @@ struct Wait {
 pub struct ProbeLadder {
     base: Duration,
     max: Duration,
-    waits: Mutex<HashMap<String, Wait>>,
+    waits: Mutex<Waits>,
 }
 
 impl ProbeLadder {
@@ -43,7 +62,10 @@ impl ProbeLadder {
         Self {
             base,
             max,
-            waits: Mutex::default(),
+            waits: Mutex::new(Waits {
+                by_key: HashMap::new(),
+                sweep_at: FIRST_SWEEP,
+            }),
         }
     }
 
@@ -51,12 +73,23 @@ impl ProbeLadder {
     pub fn next_delay(&self, key: &str, on: &'static str, now: Instant) -> Duration {
         let since = {
             let mut waits = lock(&self.waits);
-            let wait = waits
-                .entry(key.to_owned())
-                .or_insert(Wait { on, since: now });
-            if wait.on != on {
-                *wait = Wait { on, since: now };
+            if !waits.by_key.contains_key(key) && waits.by_key.len() >= waits.sweep_at {
+                let idle = self.max * IDLE_RUNGS;
+                waits
+                    .by_key
+                    .retain(|_, w| now.saturating_duration_since(w.last) < idle);
+                waits.sweep_at = (waits.by_key.len() * 2).max(FIRST_SWEEP);
             }
+            let fresh = Wait {
+                on,
+                since: now,
+                last: now,
+            };
+            let wait = waits.by_key.entry(key.to_owned()).or_insert(fresh);
+            if wait.on != on {
+                *wait = fresh;
+            }
+            wait.last = now;
             wait.since
         };
         delay_after(self.base, self.max, now.saturating_duration_since(since))
@@ -64,7 +97,13 @@ impl ProbeLadder {
 
     /// `key` waits for nothing any more (it progressed, or waits for a watch event or a time).
     pub fn reset(&self, key: &str) {
-        lock(&self.waits).remove(key);
+        lock(&self.waits).by_key.remove(key);
+    }
+
+    /// How many objects are waiting.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        lock(&self.waits).by_key.len()
     }
 }
 
@@ -114,6 +153,32 @@ mod tests {
         assert_eq!(
             ladder.next_delay("other", "new_nsm_ip", start + ms(91)),
             ms(2)
+        );
+    }
+
+    #[test]
+    fn waits_of_objects_gone_unseen_are_swept_and_live_ones_kept() {
+        let ladder = ProbeLadder::new(ms(2), ms(1000));
+        let start = Instant::now();
+        ladder.next_delay("alive", "route_via_new", start);
+        for i in 1..FIRST_SWEEP {
+            ladder.next_delay(&format!("deleted-{i}"), "new_nsm_ip", start);
+        }
+        // "alive" keeps being probed, at least once per `max`; the others are never asked again.
+        for second in 1..=11 {
+            ladder.next_delay("alive", "route_via_new", start + ms(1000 * second));
+        }
+        assert_eq!(ladder.len(), FIRST_SWEEP, "no sweep before a new key");
+        ladder.next_delay("new", "new_nsm_ip", start + ms(11_000));
+        assert_eq!(
+            ladder.len(),
+            2,
+            "only the live waits and the new one remain"
+        );
+        assert_eq!(
+            ladder.next_delay("alive", "route_via_new", start + ms(11_500)),
+            delay_after(ms(2), ms(1000), ms(11_500)),
+            "a kept wait keeps its ladder"
         );
     }
 }
