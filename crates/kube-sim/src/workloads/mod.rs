@@ -370,6 +370,53 @@ fn relevant(key: &crate::registry::StorageKey) -> bool {
     )
 }
 
+/// Where a run of passes left the cluster.
+#[derive(Debug, Default)]
+struct Settled {
+    /// Everything written up to this resourceVersion has been reconciled: the version at the
+    /// start of the last pass, since others write between its steps.
+    rv: u64,
+    /// When a schedule (CronJob) is next due.
+    wake_at: Option<jiff::Timestamp>,
+}
+
+/// Passes until one writes nothing (each pass's own writes are the next one's input), at most
+/// ten. A pass that fails or never settles leaves `rv` at the current version: it waits for
+/// news, not for its own writes.
+async fn run_passes(shared: &Shared, sim: &Simulation) -> Settled {
+    let mut settled = Settled::default();
+    for _ in 0..10 {
+        settled.rv = shared.lock().store.resource_version();
+        match reconcile_shared(shared, sim).await {
+            Ok(r) => {
+                settled.wake_at = r.wake_at;
+                if r.writes == 0 {
+                    return settled;
+                }
+            }
+            // Logged with the step that failed.
+            Err(_) => break,
+        }
+    }
+    settled.rv = shared.lock().store.resource_version();
+    settled
+}
+
+/// Drains the events queued in `changes`; true if one is news to passes settled at `settled_rv`
+/// (a relevant write after it).
+fn news_since(
+    changes: &mut Option<tokio::sync::broadcast::Receiver<Arc<crate::store::Event>>>,
+    settled_rv: u64,
+) -> bool {
+    let mut news = false;
+    if let Some(rx) = changes.as_mut() {
+        while let Ok(ev) = rx.try_recv() {
+            news |= ev.rv > settled_rv && relevant(&ev.key);
+        }
+    }
+    news
+}
+
 /// The next store event, or never without a subscription.
 async fn next_change(
     changes: &mut Option<tokio::sync::broadcast::Receiver<Arc<crate::store::Event>>>,
@@ -391,39 +438,16 @@ pub fn spawn(shared: Arc<Shared>, sim: Simulation, simulate: bool) -> tokio::tas
         // task for nothing (a cross-thread wake-up per request).
         let mut changes = simulate.then(|| shared.lock().store.subscribe().0);
         loop {
-            // Everything up to this version has been reconciled.
-            let mut settled_rv = 0;
-            let mut wake_at = None;
-            if simulate {
-                // Passes until one writes nothing; each pass's own writes wake the next one.
-                let mut settled = false;
-                for _ in 0..10 {
-                    // Others write between the steps: what comes after this start is news.
-                    settled_rv = shared.lock().store.resource_version();
-                    match reconcile_shared(&shared, &sim).await {
-                        Ok(r) if r.writes == 0 => {
-                            wake_at = r.wake_at;
-                            settled = true;
-                            break;
-                        }
-                        Ok(r) => wake_at = r.wake_at,
-                        // Logged with the step that failed.
-                        Err(_) => break,
-                    }
-                }
-                if !settled {
-                    // A pass that fails or never settles waits for news, not for its own writes.
-                    settled_rv = shared.lock().store.resource_version();
-                }
-            }
+            let Settled {
+                rv: settled_rv,
+                wake_at,
+            } = if simulate {
+                run_passes(&shared, &sim).await
+            } else {
+                Settled::default()
+            };
             // Drop the events the passes already saw; a later relevant one means another pass.
-            let mut pending = false;
-            if let Some(rx) = changes.as_mut() {
-                while let Ok(ev) = rx.try_recv() {
-                    pending |= ev.rv > settled_rv && relevant(&ev.key);
-                }
-            }
-            if pending {
+            if news_since(&mut changes, settled_rv) {
                 continue;
             }
             // A schedule's time is a reason for a pass too (a little after it, so it is due).
@@ -517,6 +541,57 @@ mod tests {
             .expect("nodes");
         c.create(&info, "", body, &WriteOptions::default())
             .expect("node created");
+    }
+
+    /// The rule the server's loop rests on: what others write while the last pass runs is news,
+    /// even when that pass has already gone by the step that would act on it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_write_between_the_steps_of_the_settling_pass_wakes_another_pass() {
+        let shared = Shared::new(Cluster::new(1000), String::new(), Duration::from_secs(60));
+        let sim = simulation();
+        let mut changes = Some(shared.lock().store.subscribe().0);
+        run_passes(&shared, &sim).await;
+        news_since(&mut changes, u64::MAX);
+
+        // A Namespace gets its `kube-root-ca.crt` from the `namespaces` step alone. The pass
+        // yields after each step, and `futures::join!` polls the pass first, then the writer, once
+        // per wake-up: the writer's k-th resumption comes after step k, so the Namespace lands
+        // once that step has run, in a pass that then writes nothing.
+        let after_namespaces = 1 + STEPS
+            .iter()
+            .position(|(name, _)| *name == "namespaces")
+            .expect("a namespaces step");
+        let (settled, ()) = futures::join!(run_passes(&shared, &sim), async {
+            for _ in 0..after_namespaces {
+                tokio::task::yield_now().await;
+            }
+            let mut c = shared.lock();
+            let info = c.registry.lookup("", "v1", "namespaces").cloned();
+            let body =
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "late"}});
+            c.create(
+                &info.expect("namespaces"),
+                "",
+                body,
+                &WriteOptions::default(),
+            )
+            .expect("namespace created");
+        });
+        let root_ca = |shared: &Shared| {
+            let key = (String::new(), "configmaps".to_string());
+            let name = ("late".to_string(), "kube-root-ca.crt".to_string());
+            shared.lock().store.get(&key, &name).is_some()
+        };
+        assert!(
+            !root_ca(&shared),
+            "the Namespace came after the step that acts on it, in a pass that wrote nothing"
+        );
+        assert!(
+            news_since(&mut changes, settled.rv),
+            "a write during the settling pass is news"
+        );
+        run_passes(&shared, &sim).await;
+        assert!(root_ca(&shared), "the next pass acts on it");
     }
 
     #[test]
