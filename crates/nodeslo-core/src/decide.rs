@@ -134,11 +134,6 @@ pub fn spec_digest(spec: &NodeSloSpec) -> u64 {
     hasher.finish()
 }
 
-/// Whether `spec::canonical` keeps an object member with this value.
-fn kept_member(value: &Value) -> bool {
-    !value.is_null() && !matches!(value, Value::Array(items) if items.is_empty())
-}
-
 fn hash_canonical(value: &Value, hasher: &mut DefaultHasher) {
     match value {
         Value::Null => 0u8.hash(hasher),
@@ -150,7 +145,10 @@ fn hash_canonical(value: &Value, hasher: &mut DefaultHasher) {
             items.iter().for_each(|item| hash_canonical(item, hasher));
         }
         Value::Object(map) => {
-            let mut members: Vec<_> = map.iter().filter(|(_, v)| kept_member(v)).collect();
+            let mut members: Vec<_> = map
+                .iter()
+                .filter(|(_, v)| crate::spec::kept_member(v))
+                .collect();
             // serde_json's map is sorted already unless a dependency turns on `preserve_order`.
             members.sort_unstable_by(|a, b| a.0.cmp(b.0));
             (5u8, members.len()).hash(hasher);

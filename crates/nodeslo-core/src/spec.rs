@@ -104,13 +104,17 @@ pub fn semantically_equal(a: &Value, b: &Value) -> bool {
     canonical(a) == canonical(b)
 }
 
+/// Whether [`canonical`] keeps an object member with this value: `null` and empty lists count
+/// as absent.
+pub(crate) fn kept_member(value: &Value) -> bool {
+    !value.is_null() && !matches!(value, Value::Array(items) if items.is_empty())
+}
+
 pub(crate) fn canonical(value: &Value) -> Value {
     match value {
         Value::Object(map) => Value::Object(
             map.iter()
-                .filter(|(_, v)| {
-                    !v.is_null() && !matches!(v, Value::Array(items) if items.is_empty())
-                })
+                .filter(|(_, v)| kept_member(v))
                 .map(|(k, v)| (k.clone(), canonical(v)))
                 .collect(),
         ),
