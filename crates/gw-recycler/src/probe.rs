@@ -22,14 +22,22 @@ pub const IDLE_RUNGS: u32 = 10;
 const FIRST_SWEEP: usize = 64;
 
 /// The pause from `elapsed` (time since the wait began) to the ladder's next rung.
+/// Computed, not stepped: a wait may last the whole step timeout, and every pass asks.
 pub fn delay_after(base: Duration, max: Duration, elapsed: Duration) -> Duration {
     let base = base.max(Duration::from_micros(1));
+    let spacing = max.max(base);
+    // Doubling while the step is below `max` ...
     let mut rung = base;
-    while rung <= elapsed {
-        // Doubling while the step is below `max`, then `max` apart.
-        rung += rung.min(max.max(base));
+    while rung < spacing && rung <= elapsed {
+        rung += rung;
     }
-    rung - elapsed
+    // ... then `max` apart: the first of those rungs after `elapsed`.
+    if rung <= elapsed {
+        let steps = (elapsed - rung).as_nanos() / spacing.as_nanos() + 1;
+        let ahead = u32::try_from(steps).map_or(Duration::MAX, |n| spacing.saturating_mul(n));
+        rung = rung.saturating_add(ahead);
+    }
+    rung.saturating_sub(elapsed)
 }
 
 /// One object's current wait.
@@ -127,6 +135,13 @@ mod tests {
         assert_eq!(at(128), ms(100));
         assert_eq!(at(300), ms(28));
         assert!(delay_after(ms(2), ms(100), Duration::from_secs(3600)) <= ms(100));
+        // An hour into a wait, rungs still fall on 128 ms + k * 100 ms.
+        assert_eq!(
+            delay_after(ms(2), ms(100), Duration::from_secs(3600)),
+            ms(28)
+        );
+        // `max` below `base`: `base` apart from the start.
+        assert_eq!(delay_after(ms(10), ms(1), ms(25)), ms(5));
     }
 
     #[test]
