@@ -59,7 +59,15 @@ pub fn json_patch(doc: &mut Value, patch: &Value) -> Result<(), PatchError> {
         {
             continue;
         }
-        json_patch::patch(&mut work, &[op]).map_err(|e| PatchError::Failed(e.to_string()))?;
+        let test_path = match &op {
+            json_patch::PatchOperation::Test(t) => Some(t.path.to_string()),
+            _ => None,
+        };
+        json_patch::patch(&mut work, &[op]).map_err(|e| match test_path {
+            // Go's json-patch (evanphx v4) words it so, and clients match on it.
+            Some(path) => PatchError::Failed(format!("testing value {path} failed: test failed")),
+            None => PatchError::Failed(e.to_string()),
+        })?;
     }
     *doc = work;
     Ok(())
@@ -264,10 +272,12 @@ mod tests {
         let mut doc = json!({"metadata": {"finalizers": ["a"]}});
         let bad = json!([{"op": "test", "path": "/metadata/finalizers", "value": ["b"]},
                          {"op": "remove", "path": "/metadata/finalizers/0"}]);
-        assert!(matches!(
+        assert_eq!(
             json_patch(&mut doc, &bad),
-            Err(PatchError::Failed(_))
-        ));
+            Err(PatchError::Failed(
+                "testing value /metadata/finalizers failed: test failed".into()
+            ))
+        );
         assert_eq!(doc["metadata"]["finalizers"], json!(["a"]));
         assert!(matches!(
             json_patch(&mut doc, &json!({"op": "add"})),

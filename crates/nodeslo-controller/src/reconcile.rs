@@ -7,7 +7,7 @@ use std::time::Duration;
 use capstan_apis::slo::{NodeSlo, NodeSloSpec};
 use capstan_runtime::ErrorLabel;
 use capstan_runtime::controller::{ReconcileFailure, Target};
-use capstan_runtime::kube_errors::{is_conflict, is_not_found, status_code};
+use capstan_runtime::kube_errors::{is_conflict, is_failed_patch_test, is_not_found};
 use capstan_runtime::sync::{read, write};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -64,7 +64,7 @@ impl ReconcileFailure for ReconcileError {
         match self {
             ReconcileError::Create { source, .. } => is_conflict(source),
             ReconcileError::Update { source, .. } => {
-                is_conflict(source) || status_code(source) == Some(422)
+                is_conflict(source) || is_failed_patch_test(source)
             }
             _ => false,
         }
@@ -222,9 +222,17 @@ mod tests {
             node: "n1".into(),
             source: api(409),
         };
+        // kube-apiserver's answer to a JSON patch whose resourceVersion `test` failed.
+        let failed_test: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": 422, "reason": "Invalid",
+            "message": "the server rejected our request due to an error in our request",
+            "details": {"causes": [{"reason": "UnexpectedServerResponse",
+                "message": "testing value /metadata/resourceVersion failed: test failed"}]},
+        }))
+        .expect("a Status");
         let update = ReconcileError::Update {
             node: "n1".into(),
-            source: api(422),
+            source: kube::Error::Api(failed_test.boxed()),
         };
         let delete = ReconcileError::Delete {
             node: "n1".into(),
@@ -240,5 +248,13 @@ mod tests {
             source: api(500),
         };
         assert!(!server_error.is_conflict());
+        let invalid = ReconcileError::Update {
+            node: "n1".into(),
+            source: api(422),
+        };
+        assert!(
+            !invalid.is_conflict(),
+            "a 422 naming no failed test is not a stale cache"
+        );
     }
 }

@@ -25,7 +25,7 @@ use tracing::Instrument;
 use crate::RuntimeError;
 use crate::backoff::{BackoffConfig, PerObjectBackoff};
 use crate::cli::CommonArgs;
-use crate::kube_errors::{find_kube_error, is_conflict};
+use crate::kube_errors::{find_kube_error, is_conflict, is_failed_patch_test};
 use crate::leader::LeaderHandle;
 use crate::metrics::{ControllerMetrics, ErrorLabel};
 use crate::service::Service;
@@ -166,12 +166,13 @@ impl<'a> Target<'a> {
 /// A reconcile error, as the kit needs to see it: a metric label and whether it only means the
 /// cache was stale (a write conflict), which retries soon and without backoff.
 pub trait ReconcileFailure: ErrorLabel + std::error::Error + 'static {
-    /// By default: a 409 from the API server anywhere in the error's source chain.
+    /// By default: a 409 from the API server anywhere in the error's source chain, or the 422 of a
+    /// JSON patch whose `test` op found the object changed.
     fn is_conflict(&self) -> bool
     where
         Self: Sized,
     {
-        find_kube_error(self).is_some_and(is_conflict)
+        find_kube_error(self).is_some_and(|e| is_conflict(e) || is_failed_patch_test(e))
     }
 }
 

@@ -28,6 +28,24 @@ pub fn is_conflict(error: &kube::Error) -> bool {
     status_code(error) == Some(409)
 }
 
+/// A JSON patch whose `test` op failed: the object is no longer what the cache showed. Since
+/// kubernetes/kubernetes#68838 kube-apiserver answers a patch that does not apply with its generic
+/// 422 (reason `Invalid`), whose one cause is the patch library's message and names no field; a
+/// 422 from validation names the offending fields instead, and is not a stale cache.
+pub fn is_failed_patch_test(error: &kube::Error) -> bool {
+    let kube::Error::Api(status) = error else {
+        return false;
+    };
+    let causes = status.details.as_ref().map(|d| d.causes.as_slice());
+    status.code == 422
+        && causes.is_some_and(|causes| {
+            !causes.is_empty()
+                && causes
+                    .iter()
+                    .all(|c| c.reason == "UnexpectedServerResponse" && c.field.is_empty())
+        })
+}
+
 /// A 404 from the API server.
 pub fn is_not_found(error: &kube::Error) -> bool {
     status_code(error) == Some(404)
@@ -66,6 +84,39 @@ mod tests {
         assert!(is_not_found(&api(404, "NotFound")));
         assert!(is_forbidden(&api(403, "Forbidden")));
         assert!(!is_forbidden(&api(401, "Unauthorized")));
+    }
+
+    /// A 422 as it comes over the wire, with one cause.
+    fn unapplied_patch(cause_reason: &str, field: &str) -> kube::Error {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 422,
+            "reason": "Invalid",
+            "message": "the server rejected our request due to an error in our request",
+            "details": {"causes": [{
+                "reason": cause_reason,
+                "message": "testing value /metadata/finalizers failed: test failed",
+                "field": field,
+            }]},
+        }))
+        .expect("a Status");
+        kube::Error::Api(status.boxed())
+    }
+
+    #[test]
+    fn a_failed_patch_test_is_told_from_a_validation_error() {
+        assert!(is_failed_patch_test(&unapplied_patch(
+            "UnexpectedServerResponse",
+            ""
+        )));
+        assert!(!is_failed_patch_test(&unapplied_patch(
+            "FieldValueInvalid",
+            "metadata.labels"
+        )));
+        assert!(
+            !is_failed_patch_test(&api(422, "Invalid")),
+            "no causes: not known to be a patch test"
+        );
+        assert!(!is_failed_patch_test(&api(409, "Conflict")));
     }
 
     #[test]
