@@ -8,6 +8,7 @@ use capstan_apis::machine::{Machine, MachineClass};
 use capstan_runtime::controller::Reconciler;
 use capstan_runtime::events::{Event, EventPublisher};
 use capstan_runtime::leader::LeaderHandle;
+use capstan_runtime::own_writes::OwnWrites;
 use capstan_runtime::sync::lock;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Secret};
 use kube::runtime::controller::Action;
@@ -26,8 +27,12 @@ pub struct Context {
     pub namespace: String,
     pub driver: Arc<dyn Driver>,
     pub machines: Store<Machine>,
+    /// Machines as this process last wrote them, until the watch brings those versions.
+    pub own_machines: Arc<OwnWrites<Machine>>,
     pub classes: Store<MachineClass>,
     pub nodes: Store<Node>,
+    /// Nodes as this process last wrote them, until the watch brings those versions.
+    pub own_nodes: Arc<OwnWrites<Node>>,
     pub secrets: Store<Secret>,
     /// Machine -> its MachineClass (`namespace/name` keys).
     pub machine_index: Arc<Mutex<RefIndex>>,

@@ -31,10 +31,11 @@ use anyhow::Context as _;
 use capstan_apis::machine::{Machine, MachineClass, NODE_LABEL_MACHINE_NAME};
 use capstan_runtime::backoff::BackoffConfig;
 use capstan_runtime::controller::{
-    Binary, Gates, Reconciler, RetryPolicy, drive, reflect, watch_events,
+    Binary, Gates, Reconciler, RetryPolicy, drive, reflect, reflect_observed, watch_events,
 };
 use capstan_runtime::events::EventPublisher;
 use capstan_runtime::metrics::ControllerMetrics;
+use capstan_runtime::own_writes::OwnWrites;
 use capstan_runtime::shutdown::Shutdown;
 use capstan_runtime::sync::lock;
 use futures::{Stream, TryStreamExt};
@@ -159,12 +160,14 @@ fn indexed_reflector<K>(
     index: Arc<Mutex<RefIndex>>,
     refs_of: IndexFn<K>,
     affected: impl Fn(&str) + Send + 'static,
+    on_event: impl Fn(&watcher::Event<K>) + Send + 'static,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send
 where
     K: capstan_runtime::controller::Watched,
 {
     reflector::reflector(writer, watch_events(api, watcher::Config::default()))
         .map_ok(move |event| {
+            on_event(&event);
             let touched = {
                 let mut index = lock(&index);
                 match &event {
@@ -220,7 +223,21 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
     let (machine_store, machine_writer) = reflector::store();
     let (class_store, class_writer) = reflector::store();
     let (secret_store, secret_stream) = reflect(secrets_api, watcher::Config::default());
-    let (node_store, node_stream) = reflect(nodes_api, watcher::Config::default());
+    // Written versions stand in for cached ones for at most this long (the watch brings them in
+    // milliseconds).
+    let own_writes_ttl = Duration::from_secs(2);
+    let own_machines = Arc::new(OwnWrites::new(machine_store.clone(), own_writes_ttl));
+    let (node_store, node_writer) = reflector::store();
+    let own_nodes = Arc::new(OwnWrites::new(node_store.clone(), own_writes_ttl));
+    let node_stream = {
+        let own_nodes = own_nodes.clone();
+        reflect_observed(
+            node_writer,
+            nodes_api,
+            watcher::Config::default(),
+            move |event| own_nodes.observe(event),
+        )
+    };
     let (machine_tx, machine_rx) = unbounded_channel::<ObjectRef<Machine>>();
     let (class_tx, class_rx) = unbounded_channel::<ObjectRef<MachineClass>>();
     let (secret_tx, secret_rx) = unbounded_channel::<ObjectRef<Secret>>();
@@ -245,8 +262,10 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         namespace: ns.clone(),
         driver: w.driver,
         machines: machine_store.clone(),
+        own_machines: own_machines.clone(),
         classes: class_store.clone(),
         nodes: node_store.clone(),
+        own_nodes,
         secrets: secret_store.clone(),
         machine_index: machine_index.clone(),
         secret_index: secret_index.clone(),
@@ -270,6 +289,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         machine_index,
         class_of,
         move |class| send_ref(&class_trigger, class),
+        move |event| own_machines.observe(event),
     );
     // Class references changed -> the Secrets it referred to and refers to now.
     let class_stream = indexed_reflector(
@@ -278,6 +298,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         secret_index,
         secrets_of,
         move |secret| send_ref(&secret_tx, secret),
+        |_| {},
     );
 
     let gates = Gates {

@@ -9,7 +9,7 @@ use capstan_apis::machine::{
     Code, FINALIZER_MCM, FINALIZER_NODE, LABEL_NODE, Machine, MachineClass, MachineOperationType,
     MachinePhase, MachineState, MachineStatus, NODE_LABEL_MACHINE_NAME,
 };
-use capstan_runtime::controller::Target;
+use capstan_runtime::controller::{ReconcileFailure, Target};
 use capstan_runtime::events::Event;
 use capstan_runtime::kube_errors::is_not_found;
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
@@ -26,6 +26,7 @@ use machineclass_core::creation::{
 use machineclass_core::driver_error::creation_failure;
 use machineclass_core::health::{HealthInput, evaluate_health};
 use machineclass_core::meta::{finalizers_with, has_finalizer};
+use machineclass_core::node_patch::node_patch;
 use machineclass_core::node_template::{Decoration, sync_node_template, virtual_capacity_update};
 use machineclass_core::status::{Operation, StatusChange};
 use machineclass_core::validate::{
@@ -35,12 +36,14 @@ use serde_json::json;
 
 use crate::context::Context;
 use crate::error::Error;
-use crate::io::{merge_patch_diff, patch_finalizers, write_machine_status};
+use crate::io::{patch_finalizers, write_machine_status};
 
 /// lastOperation description after a successful CreateMachine (MCM's wording).
 pub const CREATING: &str = "Creating machine on cloud provider";
 
 pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // A Node's event may come before the echo of this process's last write to the Machine.
+    let machine = ctx.own_machines.freshest(machine);
     let work = async {
         match ctx.hold_writes() {
             Some(hold) => Ok(hold),
@@ -50,9 +53,14 @@ pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Actio
             None => live(&machine, &ctx).await,
         }
     };
-    ctx.reconciler
+    let result = ctx
+        .reconciler
         .reconcile(Target::of("Machine", &*machine), work)
-        .await
+        .await;
+    if result.as_ref().is_err_and(ReconcileFailure::is_conflict) {
+        ctx.own_machines.forget(&machine);
+    }
+    result
 }
 
 fn now() -> Timestamp {
@@ -80,9 +88,12 @@ pub(crate) async fn store_status(
     if unchanged {
         return Ok(None);
     }
-    Ok(Some(
-        write_machine_status(&ctx.machines_api(), machine, &next).await?,
-    ))
+    let api = ctx.machines_api();
+    let written = ctx
+        .own_machines
+        .write(machine, write_machine_status(&api, machine, &next))
+        .await?;
+    Ok(Some(Arc::unwrap_or_clone(written)))
 }
 
 /// Applies a status change; `Some(updated)` when something was written.
@@ -104,7 +115,8 @@ async fn live(original: &Machine, ctx: &Context) -> Result<Action, Error> {
 
     // 1. Finalizer first; the same pass continues.
     if let Some(list) = finalizers_with(&machine.metadata, FINALIZER_MCM) {
-        machine = patch_finalizers(&api, &machine.metadata, list).await?;
+        let written = patch_finalizers(&api, &machine.metadata, list);
+        machine = Arc::unwrap_or_clone(ctx.own_machines.write(&machine, written).await?);
     }
 
     // 2. Validation.
@@ -242,7 +254,7 @@ async fn health_and_node(
 ) -> Result<HealthOutcome, Error> {
     let name = machine.metadata.name.clone().unwrap_or_default();
     let node_name = machine.node_name().unwrap_or_default().to_owned();
-    let node = ctx.nodes.get(&ObjectRef::new(&node_name));
+    let node = ctx.own_nodes.get(&ObjectRef::new(&node_name));
     if let Some(node) = &node
         && node.metadata.deletion_timestamp.is_some()
     {
@@ -315,8 +327,8 @@ async fn health_and_node(
         recheck = Some(ctx.retry.short);
     }
     if let Some(node) = &node {
-        sync_node(ctx, &updated, node).await?;
-        sync_virtual_capacity(ctx, class, node).await?;
+        let node = sync_node(ctx, &updated, node).await?;
+        sync_virtual_capacity(ctx, class, &node).await?;
     }
     Ok(HealthOutcome::Checked {
         machine: Box::new(updated),
@@ -336,38 +348,37 @@ fn node_view(node: &Node) -> Decoration {
     }
 }
 
-fn decoration_json(d: &Decoration) -> serde_json::Value {
-    json!({"metadata": {"labels": d.labels, "annotations": d.annotations}, "spec": {"taints": d.taints}})
-}
-
-/// Applies the node template, the machine-name label and the Node finalizer in one patch, or
-/// writes nothing when all are in place.
-async fn sync_node(ctx: &Context, machine: &Machine, node: &Node) -> Result<(), Error> {
+/// Applies the node template, the machine-name label and the Node finalizer in one patch guarded
+/// by the fields it replaces (see [`node_patch`]), or writes nothing when all are in place.
+/// Returns the Node as it now is: the one written, or `node`.
+async fn sync_node(ctx: &Context, machine: &Machine, node: &Arc<Node>) -> Result<Arc<Node>, Error> {
     let machine_name = machine.metadata.name.clone().unwrap_or_default();
     let current = node_view(node);
     let template = Decoration::of_template(machine.spec.node_template.as_ref());
-    let mut next = sync_node_template(&current, &template).unwrap_or_else(|| current.clone());
+    let mut next = sync_node_template(&current, &template).unwrap_or(current);
     next.labels
         .insert(NODE_LABEL_MACHINE_NAME.to_owned(), machine_name);
     let finalizers = finalizers_with(&node.metadata, FINALIZER_NODE);
-    if next == current && finalizers.is_none() {
-        return Ok(());
-    }
-    let mut patch = merge_patch_diff(&decoration_json(&current), &decoration_json(&next));
-    if let Some(list) = finalizers {
-        patch["metadata"]["finalizers"] = json!(list);
-        patch["metadata"]["resourceVersion"] = json!(node.metadata.resource_version);
-    }
+    let Some(patch) = node_patch(node, &next, finalizers.as_deref()) else {
+        return Ok(node.clone());
+    };
     let node_name = node.metadata.name.clone().unwrap_or_default();
-    ctx.nodes_api()
-        .patch(&node_name, &PatchParams::default(), &Patch::Merge(&patch))
+    let api = ctx.nodes_api();
+    let write = async {
+        api.patch(
+            &node_name,
+            &PatchParams::default(),
+            &Patch::Json::<()>(patch),
+        )
         .await
         .map_err(|source| Error::SyncNode {
             node: node_name.clone(),
             source,
-        })?;
+        })
+    };
+    let written = ctx.own_nodes.write(node, write).await?;
     tracing::debug!(node = %node_name, "node synced");
-    Ok(())
+    Ok(written)
 }
 
 /// Adds the class's `nodeTemplate.virtualCapacity` to the Node's `status.capacity`, guarded by the
@@ -392,13 +403,16 @@ async fn sync_virtual_capacity(
         "metadata": {"resourceVersion": node.metadata.resource_version},
         "status": {"capacity": missing},
     });
-    ctx.nodes_api()
-        .patch_status(&node_name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|source| Error::SyncVirtualCapacity {
-            node: node_name.clone(),
-            source,
-        })?;
+    let api = ctx.nodes_api();
+    let write = async {
+        api.patch_status(&node_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| Error::SyncVirtualCapacity {
+                node: node_name.clone(),
+                source,
+            })
+    };
+    ctx.own_nodes.write(node, write).await?;
     Ok(())
 }
 
@@ -456,14 +470,16 @@ async fn create_flow(
     let recorded_id = machine.spec.provider_id.as_deref().unwrap_or_default();
     if recorded_id != info.provider_id || machine.node_name() != Some(info.node_name.as_str()) {
         let patch = json!({"metadata": {"labels": {LABEL_NODE: info.node_name}}, "spec": {"providerID": info.provider_id}});
-        machine = ctx
-            .machines_api()
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|source| Error::RecordProviderId {
-                machine: name.clone(),
-                source,
-            })?;
+        let api = ctx.machines_api();
+        let written = async {
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|source| Error::RecordProviderId {
+                    machine: name.clone(),
+                    source,
+                })
+        };
+        machine = Arc::unwrap_or_clone(ctx.own_machines.write(&machine, written).await?);
         tracing::info!(machine = %name, provider_id = %info.provider_id, node = %info.node_name, "machine created on provider");
     }
     let mut change = StatusChange::operation(Operation::new(

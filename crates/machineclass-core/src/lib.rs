@@ -13,6 +13,7 @@ pub mod driver_error;
 pub mod health;
 pub mod index;
 pub mod meta;
+pub mod node_patch;
 pub mod node_template;
 pub mod secret;
 pub mod status;

@@ -15,7 +15,7 @@ use std::future::Future;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use kube::Resource;
 use kube::runtime::controller::{Action, Controller};
 use prometheus_client::registry::Registry;
@@ -414,12 +414,26 @@ pub fn reflect<K>(
 where
     K: Watched,
 {
+    let (store, writer) = kube::runtime::reflector::store();
+    (store, reflect_observed(writer, api, config, |_| {}))
+}
+
+/// [`reflect`] into the store of `writer`, showing every watch event to `observe` once the store
+/// has it (for example an [`OwnWrites`](crate::own_writes::OwnWrites) over that store).
+pub fn reflect_observed<K, F>(
+    writer: kube::runtime::reflector::store::Writer<K>,
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+    observe: F,
+) -> impl Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + use<K, F>
+where
+    K: Watched,
+    F: Fn(&kube::runtime::watcher::Event<K>) + Send + 'static,
+{
     use kube::runtime::{WatchStreamExt, reflector};
-    let (store, writer) = reflector::store();
-    (
-        store,
-        reflector::reflector(writer, watch_events(api, config)).touched_objects(),
-    )
+    reflector::reflector(writer, watch_events(api, config))
+        .inspect_ok(observe)
+        .touched_objects()
 }
 
 /// Drives a controller's output stream to its end (results are already logged and measured by

@@ -21,6 +21,7 @@ pub mod http_trace;
 pub mod kube_errors;
 pub mod leader;
 pub mod metrics;
+pub mod own_writes;
 pub mod service;
 pub mod shutdown;
 pub mod sync;

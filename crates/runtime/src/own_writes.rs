@@ -1,0 +1,340 @@
+//! Read-your-own-writes over a reflector's store. A reconcile started by another object's event
+//! reads its object from the cache, and the cache may not yet hold what this process wrote a
+//! moment ago: a write guarded by that older version is then a certain conflict and a retry. The
+//! object a write returned stands in for the cached one until the watch brings it back.
+//!
+//! The rule needs only equality of resourceVersions (the API promises nothing about their order)
+//! and the watch's promise to deliver an object's versions in order. While a write is in flight
+//! the versions the watch delivers for that object are noted. If the written version is among
+//! them, the cache already has it (or later ones) and nothing stands in. Otherwise everything the
+//! cache holds is older than ours, and ours stands in until its version arrives. A relist, a
+//! deletion, a failed write or the `ttl` also end a stand-in.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+
+use crate::sync::lock;
+
+type Key = (String, String);
+
+struct StandIn<K> {
+    written: Arc<K>,
+    at: Instant,
+}
+
+/// The versions the watch delivered for an object while writes to it were in flight.
+#[derive(Default)]
+struct InFlight {
+    writes: usize,
+    delivered: Vec<String>,
+}
+
+struct State<K> {
+    stand_ins: HashMap<Key, StandIn<K>>,
+    in_flight: HashMap<Key, InFlight>,
+}
+
+/// A [`Store`] that also returns this process's own last writes until the watch brings them.
+pub struct OwnWrites<K: Resource<DynamicType = ()> + Clone + 'static> {
+    store: Store<K>,
+    ttl: Duration,
+    state: Mutex<State<K>>,
+}
+
+fn key<K: Resource>(obj: &K) -> Key {
+    let meta = obj.meta();
+    (
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+fn version<K: Resource>(obj: &K) -> Option<&str> {
+    obj.meta().resource_version.as_deref()
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<K> {
+    /// `store`: the reflector's; `ttl`: how long a stand-in may last at most (the watch brings a
+    /// write back in milliseconds; this bounds the damage of anything unforeseen).
+    pub fn new(store: Store<K>, ttl: Duration) -> Self {
+        Self {
+            store,
+            ttl,
+            state: Mutex::new(State {
+                stand_ins: HashMap::new(),
+                in_flight: HashMap::new(),
+            }),
+        }
+    }
+
+    /// Runs `write`, a write of `target` that returns the object written, and keeps what it
+    /// returned as the stand-in for `target` (see the module's rule). A failed write ends any
+    /// stand-in: someone wrote after us, or the request's fate is unknown.
+    pub async fn write<E>(
+        &self,
+        target: &K,
+        write: impl Future<Output = Result<K, E>>,
+    ) -> Result<Arc<K>, E> {
+        let k = key(target);
+        let _in_flight = InFlightGuard::enter(&self.state, k.clone());
+        let result = write.await;
+        let mut state = lock(&self.state);
+        match result {
+            Ok(written) => {
+                let written = Arc::new(written);
+                let echoed = state.in_flight.get(&k).is_some_and(|f| {
+                    f.delivered
+                        .iter()
+                        .any(|v| Some(v.as_str()) == version(&*written))
+                });
+                if echoed {
+                    state.stand_ins.remove(&k);
+                } else {
+                    let stand_in = StandIn {
+                        written: written.clone(),
+                        at: Instant::now(),
+                    };
+                    state.stand_ins.insert(k, stand_in);
+                }
+                Ok(written)
+            }
+            Err(error) => {
+                state.stand_ins.remove(&k);
+                Err(error)
+            }
+        }
+    }
+
+    /// The object of that name: our last write until the watch brings it, else the cache's.
+    pub fn get(&self, reference: &ObjectRef<K>) -> Option<Arc<K>> {
+        let cached = self.store.get(reference);
+        let k = (
+            reference.namespace.clone().unwrap_or_default(),
+            reference.name.clone(),
+        );
+        self.choose(&k).or(cached)
+    }
+
+    /// [`get`](Self::get) for an object the cache handed over (a controller's trigger).
+    pub fn freshest(&self, cached: Arc<K>) -> Arc<K> {
+        self.choose(&key(&*cached)).unwrap_or(cached)
+    }
+
+    fn choose(&self, k: &Key) -> Option<Arc<K>> {
+        let mut state = lock(&self.state);
+        let stand_in = state.stand_ins.get(k)?;
+        if stand_in.at.elapsed() < self.ttl {
+            return Some(stand_in.written.clone());
+        }
+        state.stand_ins.remove(k);
+        None
+    }
+
+    /// Follows the watch (call it once the store has the event): our own version coming back,
+    /// a deletion or a relist ends stand-ins; versions delivered during a write are noted.
+    pub fn observe(&self, event: &watcher::Event<K>) {
+        let mut state = lock(&self.state);
+        match event {
+            watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
+                let k = key(obj);
+                if let Some(in_flight) = state.in_flight.get_mut(&k)
+                    && let Some(v) = version(obj)
+                {
+                    in_flight.delivered.push(v.to_owned());
+                }
+                if state
+                    .stand_ins
+                    .get(&k)
+                    .is_some_and(|s| version(&*s.written) == version(obj))
+                {
+                    state.stand_ins.remove(&k);
+                }
+            }
+            watcher::Event::Delete(obj) => {
+                state.stand_ins.remove(&key(obj));
+            }
+            watcher::Event::Init => state.stand_ins.clear(),
+            watcher::Event::InitDone => {}
+        }
+    }
+
+    /// A write based on `obj` failed elsewhere: the cache is the best knowledge again.
+    pub fn forget(&self, obj: &K) {
+        lock(&self.state).stand_ins.remove(&key(obj));
+    }
+}
+
+/// Marks a write to `key` in flight for as long as it lives (also when the write is cancelled).
+struct InFlightGuard<'a, K> {
+    state: &'a Mutex<State<K>>,
+    key: Key,
+}
+
+impl<'a, K> InFlightGuard<'a, K> {
+    fn enter(state: &'a Mutex<State<K>>, key: Key) -> Self {
+        lock(state).in_flight.entry(key.clone()).or_default().writes += 1;
+        Self { state, key }
+    }
+}
+
+impl<K> Drop for InFlightGuard<'_, K> {
+    fn drop(&mut self) {
+        let mut state = lock(self.state);
+        if let Some(in_flight) = state.in_flight.get_mut(&self.key) {
+            in_flight.writes -= 1;
+            if in_flight.writes == 0 {
+                state.in_flight.remove(&self.key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::reflector::store::Writer;
+
+    use super::*;
+
+    fn cm(name: &str, rv: &str) -> ConfigMap {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm.metadata.namespace = Some("ns".into());
+        cm.metadata.resource_version = Some(rv.into());
+        cm
+    }
+
+    fn rv(obj: Option<Arc<ConfigMap>>) -> String {
+        obj.and_then(|o| o.metadata.resource_version.clone())
+            .unwrap_or_else(|| "absent".into())
+    }
+
+    /// A store fed by hand as a reflector feeds it, and the stand-ins over it.
+    struct Cache {
+        writer: Mutex<Writer<ConfigMap>>,
+        own: OwnWrites<ConfigMap>,
+    }
+
+    impl Cache {
+        fn new(ttl: Duration) -> Self {
+            let writer = Writer::default();
+            let own = OwnWrites::new(writer.as_reader(), ttl);
+            Self {
+                writer: Mutex::new(writer),
+                own,
+            }
+        }
+
+        /// The watch delivers `event`: the store first, then the stand-ins.
+        fn deliver(&self, event: watcher::Event<ConfigMap>) {
+            lock(&self.writer).apply_watcher_event(&event);
+            self.own.observe(&event);
+        }
+
+        fn apply(&self, name: &str, rv: &str) {
+            self.deliver(watcher::Event::Apply(cm(name, rv)));
+        }
+
+        /// A write of `a` answered with version `rv`, the watch delivering `meanwhile` (name,
+        /// version) while the request is in flight.
+        async fn write(&self, rv: &str, meanwhile: &[&str]) {
+            let written = self
+                .own
+                .write(&cm("a", "any"), async {
+                    for v in meanwhile {
+                        self.apply("a", v);
+                    }
+                    Ok::<_, Infallible>(cm("a", rv))
+                })
+                .await;
+            assert!(written.is_ok());
+        }
+
+        fn a(&self) -> String {
+            rv(self.own.get(&ObjectRef::new("a").within("ns")))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_stands_in_until_the_watch_brings_its_version() {
+        let cache = Cache::new(Duration::from_secs(60));
+        cache.apply("a", "5");
+        cache.write("7", &[]).await;
+        assert_eq!(cache.a(), "7");
+        assert_eq!(rv(Some(cache.own.freshest(Arc::new(cm("a", "5"))))), "7");
+        // Someone else's older write, still in flight when ours was answered, does not end it.
+        cache.apply("a", "6");
+        assert_eq!(cache.a(), "7");
+        cache.apply("a", "7");
+        cache.apply("a", "8");
+        assert_eq!(cache.a(), "8", "ours came back, and the cache leads again");
+        // Other objects are untouched.
+        assert_eq!(
+            rv(cache.own.get(&ObjectRef::new("b").within("ns"))),
+            "absent"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_echo_that_came_before_the_answer_never_hides_later_versions() {
+        let cache = Cache::new(Duration::from_secs(60));
+        cache.apply("a", "5");
+        // Ours (7) and then another writer's (8) arrive before our request is answered.
+        cache.write("7", &["7", "8"]).await;
+        assert_eq!(cache.a(), "8");
+        // Only an older version arrived meanwhile: ours stands in.
+        cache.write("10", &["9"]).await;
+        assert_eq!(cache.a(), "10");
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_a_deletion_a_relist_or_the_ttl_give_the_cache_back() {
+        let cache = Cache::new(Duration::from_secs(60));
+        cache.apply("a", "5");
+        cache.write("7", &[]).await;
+        let failed = cache
+            .own
+            .write(&cm("a", "7"), async { Err::<ConfigMap, _>("409") })
+            .await;
+        assert!(failed.is_err());
+        assert_eq!(cache.a(), "5", "failed write");
+
+        cache.write("8", &[]).await;
+        cache.own.forget(&cm("a", "8"));
+        assert_eq!(cache.a(), "5", "forgotten");
+
+        cache.write("8", &[]).await;
+        cache.deliver(watcher::Event::Delete(cm("a", "9")));
+        assert_eq!(cache.a(), "absent", "deleted");
+
+        cache.write("10", &[]).await;
+        assert_eq!(cache.a(), "10", "created by us, not cached yet");
+        cache.deliver(watcher::Event::Init);
+        assert_eq!(cache.a(), "absent", "relisted");
+
+        let expired = Cache::new(Duration::ZERO);
+        expired.apply("a", "5");
+        expired.write("7", &[]).await;
+        assert_eq!(expired.a(), "5");
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_write_leaves_nothing_in_flight() {
+        let cache = Cache::new(Duration::from_secs(60));
+        let target = cm("a", "5");
+        let never = cache.own.write(
+            &target,
+            std::future::pending::<Result<ConfigMap, Infallible>>(),
+        );
+        let cancelled = tokio::time::timeout(Duration::from_millis(1), never).await;
+        assert!(cancelled.is_err());
+        assert!(lock(&cache.own.state).in_flight.is_empty());
+    }
+}
