@@ -59,14 +59,12 @@ pub fn json_patch(doc: &mut Value, patch: &Value) -> Result<(), PatchError> {
         {
             continue;
         }
-        let test_path = match &op {
-            json_patch::PatchOperation::Test(t) => Some(t.path.to_string()),
-            _ => None,
-        };
-        json_patch::patch(&mut work, &[op]).map_err(|e| match test_path {
+        json_patch::patch(&mut work, &[op]).map_err(|e| match e.kind {
             // Go's json-patch (evanphx v4) words it so, and clients match on it.
-            Some(path) => PatchError::Failed(format!("testing value {path} failed: test failed")),
-            None => PatchError::Failed(e.to_string()),
+            json_patch::PatchErrorKind::TestFailed => {
+                PatchError::Failed(format!("testing value {} failed: test failed", e.path))
+            }
+            _ => PatchError::Failed(e.to_string()),
         })?;
     }
     *doc = work;

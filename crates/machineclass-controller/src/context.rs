@@ -26,12 +26,10 @@ pub struct Context {
     /// The controller namespace (MachineClasses, Machines, Secrets).
     pub namespace: String,
     pub driver: Arc<dyn Driver>,
-    pub machines: Store<Machine>,
-    /// Machines as this process last wrote them, until the watch brings those versions.
+    /// The Machine cache, with this process's last writes standing in until the watch brings them.
     pub own_machines: Arc<OwnWrites<Machine>>,
     pub classes: Store<MachineClass>,
-    pub nodes: Store<Node>,
-    /// Nodes as this process last wrote them, until the watch brings those versions.
+    /// The Node cache, with this process's last writes standing in until the watch brings them.
     pub own_nodes: Arc<OwnWrites<Node>>,
     pub secrets: Store<Secret>,
     /// Machine -> its MachineClass (`namespace/name` keys).
@@ -115,7 +113,7 @@ impl Context {
             let reference = ObjectRef::new(name).within(ns);
             // Deleting machines do not re-validate against the class.
             let deleting = self
-                .machines
+                .own_machines
                 .get(&reference)
                 .is_some_and(|m| m.metadata.deletion_timestamp.is_some());
             if !deleting && self.machine_triggers.send(reference).is_ok() {

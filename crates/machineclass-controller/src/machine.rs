@@ -9,7 +9,7 @@ use capstan_apis::machine::{
     Code, FINALIZER_MCM, FINALIZER_NODE, LABEL_NODE, Machine, MachineClass, MachineOperationType,
     MachinePhase, MachineState, MachineStatus, NODE_LABEL_MACHINE_NAME,
 };
-use capstan_runtime::controller::{ReconcileFailure, Target};
+use capstan_runtime::controller::Target;
 use capstan_runtime::events::Event;
 use capstan_runtime::kube_errors::is_not_found;
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
@@ -55,14 +55,9 @@ pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Actio
             None => live(&machine, &ctx).await,
         }
     });
-    let result = ctx
-        .reconciler
+    ctx.reconciler
         .reconcile(Target::of("Machine", &*machine), work)
-        .await;
-    if result.as_ref().is_err_and(ReconcileFailure::is_conflict) {
-        ctx.own_machines.forget(&machine);
-    }
-    result
+        .await
 }
 
 fn now() -> Timestamp {
@@ -294,7 +289,10 @@ async fn health_and_node(
         .map_or_else(|| created_at(machine), |t| t.0);
     let phase = machine.phase();
     let deferred_check = phase == Some(&MachinePhase::Unknown)
-        && another_failed_in_deployment(machine, ctx.machines.state().iter().map(|m| &**m));
+        && another_failed_in_deployment(
+            machine,
+            ctx.own_machines.store().state().iter().map(|m| &**m),
+        );
     let decision = evaluate_health(&HealthInput {
         machine_name: &name,
         phase,
@@ -366,19 +364,18 @@ async fn sync_node(ctx: &Context, machine: &Machine, node: &Arc<Node>) -> Result
     };
     let node_name = node.metadata.name.clone().unwrap_or_default();
     let api = ctx.nodes_api();
-    let write = async {
-        api.patch(
-            &node_name,
-            &PatchParams::default(),
-            &Patch::Json::<()>(patch),
+    let params = PatchParams::default();
+    let written = ctx
+        .own_nodes
+        .write(
+            node,
+            api.patch(&node_name, &params, &Patch::Json::<()>(patch)),
         )
         .await
         .map_err(|source| Error::SyncNode {
             node: node_name.clone(),
             source,
-        })
-    };
-    let written = ctx.own_nodes.write(node, write).await?;
+        })?;
     tracing::debug!(node = %node_name, "node synced");
     Ok(written)
 }
@@ -406,15 +403,15 @@ async fn sync_virtual_capacity(
         "status": {"capacity": missing},
     });
     let api = ctx.nodes_api();
-    let write = async {
-        api.patch_status(&node_name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|source| Error::SyncVirtualCapacity {
-                node: node_name.clone(),
-                source,
-            })
-    };
-    ctx.own_nodes.write(node, write).await?;
+    let params = PatchParams::default();
+    let patch = Patch::Merge(&patch);
+    ctx.own_nodes
+        .write(node, api.patch_status(&node_name, &params, &patch))
+        .await
+        .map_err(|source| Error::SyncVirtualCapacity {
+            node: node_name,
+            source,
+        })?;
     Ok(())
 }
 
@@ -452,7 +449,7 @@ async fn create_flow(
     }
 
     // A Node of that name that belongs to another machine: this VM must not take it over.
-    if let Some(node) = ctx.nodes.get(&ObjectRef::new(&info.node_name)) {
+    if let Some(node) = ctx.own_nodes.get(&ObjectRef::new(&info.node_name)) {
         let owner = node.labels().get(NODE_LABEL_MACHINE_NAME);
         if node_owned_by_another(owner.map(String::as_str), &name) {
             if let Err(e) = ctx.driver.delete_machine(&request).await {
@@ -473,15 +470,16 @@ async fn create_flow(
     if recorded_id != info.provider_id || machine.node_name() != Some(info.node_name.as_str()) {
         let patch = json!({"metadata": {"labels": {LABEL_NODE: info.node_name}}, "spec": {"providerID": info.provider_id}});
         let api = ctx.machines_api();
-        let written = async {
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(|source| Error::RecordProviderId {
-                    machine: name.clone(),
-                    source,
-                })
-        };
-        machine = Arc::unwrap_or_clone(ctx.own_machines.write(&machine, written).await?);
+        let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        let written = ctx
+            .own_machines
+            .write(&machine, api.patch(&name, &params, &patch))
+            .await
+            .map_err(|source| Error::RecordProviderId {
+                machine: name.clone(),
+                source,
+            })?;
+        machine = Arc::unwrap_or_clone(written);
         tracing::info!(machine = %name, provider_id = %info.provider_id, node = %info.node_name, "machine created on provider");
     }
     let mut change = StatusChange::operation(Operation::new(

@@ -72,6 +72,11 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<K> {
         }
     }
 
+    /// The reflector's store itself, without stand-ins (for listing).
+    pub fn store(&self) -> &Store<K> {
+        &self.store
+    }
+
     /// Runs `write`, a write of `target` that returns the object written, and keeps what it
     /// returned as the stand-in for `target` (see the module's rule). A failed write ends any
     /// stand-in: someone wrote after us, or the request's fate is unknown.
@@ -161,11 +166,6 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<K> {
             watcher::Event::Init => state.stand_ins.clear(),
             watcher::Event::InitDone => {}
         }
-    }
-
-    /// A write based on `obj` failed elsewhere: the cache is the best knowledge again.
-    pub fn forget(&self, obj: &K) {
-        lock(&self.state).stand_ins.remove(&key(obj));
     }
 }
 
@@ -305,10 +305,6 @@ mod tests {
             .await;
         assert!(failed.is_err());
         assert_eq!(cache.a(), "5", "failed write");
-
-        cache.write("8", &[]).await;
-        cache.own.forget(&cm("a", "8"));
-        assert_eq!(cache.a(), "5", "forgotten");
 
         cache.write("8", &[]).await;
         cache.deliver(watcher::Event::Delete(cm("a", "9")));
