@@ -101,7 +101,12 @@ impl GatewayReconciler {
         if gateway.gateway_pods() != infos.as_slice() {
             let api: Api<SliceGateway> = Api::namespaced(self.client.clone(), &self.namespace);
             let patch = json!({"status": {"gatewayPodStatus": infos}});
-            api.patch_status(&name, &write_params(&self.manager), &Patch::Merge(&patch))
+            let params = write_params(&self.manager);
+            let patch = Patch::Merge(&patch);
+            let write = api.patch_status(&name, &params, &patch);
+            world
+                .gateways
+                .write(gateway, write)
                 .await
                 .map_err(|source| ReconcileError::WriteGatewayPodStatus {
                     gateway: name.clone(),

@@ -16,7 +16,9 @@ use capstan_apis::networking::{LABEL_NODE_TYPE, LABEL_SLICEGW, NODE_TYPE_GATEWAY
 use capstan_apis::worker::WorkerSliceGwRecycler;
 use capstan_runtime::backoff::BackoffConfig;
 use capstan_runtime::cli::CommonArgs;
-use capstan_runtime::controller::{Binary, Gates, Reconciler, RetryPolicy, Target, drive, reflect};
+use capstan_runtime::controller::{
+    Binary, Gates, Reconciler, RetryPolicy, Target, drive, reflect, reflect_own_writes,
+};
 use capstan_runtime::leader::LeaderHandle;
 use capstan_runtime::metrics::ControllerMetrics;
 use capstan_runtime::shutdown::Shutdown;
@@ -185,6 +187,9 @@ pub struct Context {
     /// Reconciles the recycles of these SliceGateways now: the gateway reconciler changed
     /// something of theirs that no watch event announces (the router's next hops).
     pub wake_recycles: Box<dyn Fn(Vec<String>) + Send + Sync>,
+    /// Reconciles this SliceGateway now: a recycle changed what it acts on (the intermediate
+    /// list, a marked deployment, an excluded pod).
+    pub wake_gateway: Box<dyn Fn(&str) + Send + Sync>,
     pub leader: LeaderHandle,
     pub caches_ready: Arc<AtomicBool>,
 }
@@ -195,6 +200,10 @@ pub struct Context {
 /// and the steady rate is still one per second.
 pub const PROBE_BASE: Duration = Duration::from_millis(2);
 pub const PROBE_MAX: Duration = Duration::from_secs(1);
+
+/// A write stands in for the cached object for at most this long (the watch brings it back in
+/// milliseconds).
+const OWN_WRITES_TTL: Duration = Duration::from_secs(2);
 
 /// What the gateway reconciler waits for when a gateway pod's sidecar is not ready yet.
 const SIDECAR_READY: &str = "gateway_sidecar_ready";
@@ -251,6 +260,7 @@ async fn reconcile_gateway(
     gateway: Arc<SliceGateway>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
+    let gateway = ctx.world.gateways.freshest(gateway);
     let target = Target::of("SliceGateway", &*gateway);
     ctx.reconciler
         .reconcile(target, async {
@@ -275,6 +285,7 @@ async fn reconcile_recycler(
     cr: Arc<WorkerSliceGwRecycler>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
+    let cr = ctx.world.recyclers.freshest(cr);
     let target = Target::of("WorkerSliceGwRecycler", &*cr);
     ctx.reconciler
         .reconcile(target, async {
@@ -285,6 +296,9 @@ async fn reconcile_recycler(
                 .recycler
                 .reconcile(&ctx.world, &cr, Timestamp::now())
                 .await?;
+            if let Some(gateway) = &outcome.worked_on {
+                (ctx.wake_gateway)(gateway);
+            }
             Ok(ctx.next_check(
                 target,
                 outcome.probing,
@@ -312,21 +326,25 @@ fn error_policy<K: Resource<DynamicType = ()>>(
 pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static) {
     let ns = w.namespace.clone();
     let hub_ns = w.recycler.hub_namespace.clone();
-    let (recyclers, recycler_stream) = reflect(
+    let (recyclers, recycler_stream) = reflect_own_writes(
         Api::namespaced(w.hub.clone(), &hub_ns),
         watcher::Config::default(),
+        OWN_WRITES_TTL,
     );
-    let (gateways, gateway_stream) = reflect(
+    let (gateways, gateway_stream) = reflect_own_writes(
         Api::<SliceGateway>::namespaced(w.worker.clone(), &ns),
         watcher::Config::default(),
+        OWN_WRITES_TTL,
     );
-    let (deployments, deployment_stream) = reflect(
+    let (deployments, deployment_stream) = reflect_own_writes(
         Api::<Deployment>::namespaced(w.worker.clone(), &ns),
         gateway_deployments(),
+        OWN_WRITES_TTL,
     );
-    let (pods, pod_stream) = reflect(
+    let (pods, pod_stream) = reflect_own_writes(
         Api::<Pod>::namespaced(w.worker.clone(), &ns),
         watcher::Config::default(),
+        OWN_WRITES_TTL,
     );
     let gateway_nodes =
         watcher::Config::default().labels(&format!("{LABEL_NODE_TYPE}={NODE_TYPE_GATEWAY}"));
@@ -351,6 +369,15 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
             }
         }
     };
+    // The recycler's writes on the worker -> the gateway they concern, reconciled at once: it
+    // sees those writes through the stand-ins, without waiting for their watch events.
+    let (gateway_tx, gateway_rx) = unbounded_channel::<ObjectRef<SliceGateway>>();
+    let to_gateway = {
+        let ns = ns.clone();
+        move |gateway: &str| {
+            let _ = gateway_tx.send(ObjectRef::new(gateway).within(&ns));
+        }
+    };
     let ctx = Arc::new(Context {
         world: world.clone(),
         recycler: w.recycler,
@@ -359,6 +386,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         reconciler: Reconciler::new(w.metrics, RETRY),
         probes: ProbeLadder::new(PROBE_BASE, PROBE_MAX),
         wake_recycles: Box::new(to_recyclers.clone()),
+        wake_gateway: Box::new(to_gateway),
         leader: w.leader.clone(),
         caches_ready: caches_ready.clone(),
     });
@@ -392,7 +420,11 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
     let pod_ref = gateway_ref.clone();
     let pod_world = world.clone();
     let mut gateway_controller = gates
-        .apply(Controller::for_stream(gateway_stream, gateways.clone()))
+        .apply(Controller::for_stream(
+            gateway_stream,
+            gateways.store().clone(),
+        ))
+        .reconcile_on(UnboundedReceiverStream::new(gateway_rx))
         .watches_stream(deployment_stream, move |d: Deployment| {
             label(&d, LABEL_SLICEGW).map(&dep_ref)
         })
@@ -415,7 +447,10 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
     }
     let gateway_controller = gateway_controller.run(reconcile_gateway, error_policy, ctx.clone());
     let recycler_controller = gates
-        .apply(Controller::for_stream(recycler_stream, recyclers))
+        .apply(Controller::for_stream(
+            recycler_stream,
+            recyclers.store().clone(),
+        ))
         .reconcile_on(UnboundedReceiverStream::new(recycler_rx))
         .run(reconcile_recycler, error_policy, ctx.clone());
 

@@ -2,6 +2,8 @@
 //! [`Work`] of the decisions: CreateNewDeployment, MarkGwRouteForDeletion,
 //! TriggerGwDeploymentDeletion. Each is idempotent; list edits carry the resourceVersion they
 //! were computed from, so a concurrent edit fails with a conflict and is redone on the next pass.
+//! Every write goes through the [`World`]'s stand-ins: the next pass (and the gateway
+//! reconciler, woken at once) sees it before its watch event arrives.
 
 use capstan_apis::networking::{LABEL_EXCLUDE_GW_ROUTE, LABEL_MARKED_FOR_DELETION, SliceGateway};
 use gw_recycler_core::decide::Work;
@@ -44,15 +46,19 @@ impl LocalSide<'_> {
                 // another of its instance stays, whatever the intermediate list says.
                 let regular = self.edit_intermediate(|list| list.retain(|d| d != new));
                 let mark = async {
-                    if self.world.deployment(old).is_none() {
+                    let Some(deployment) = self.world.deployment(old) else {
                         return Ok(());
-                    }
+                    };
                     let deployments: Api<Deployment> =
                         Api::namespaced(self.client.clone(), self.namespace);
                     let patch =
                         json!({"metadata": {"labels": {LABEL_MARKED_FOR_DELETION: "true"}}});
-                    deployments
-                        .patch(old, &self.params(), &Patch::Merge(&patch))
+                    let params = self.params();
+                    let patch = Patch::Merge(&patch);
+                    let write = deployments.patch(old, &params, &patch);
+                    self.world
+                        .deployments
+                        .write(&deployment, write)
                         .await
                         .map(drop)
                         .map_err(|source| ReconcileError::MarkForDeletion {
@@ -92,7 +98,12 @@ impl LocalSide<'_> {
             "status": {"config": {"sliceGatewayIntermediateDeployments": list}}
         });
         let api: Api<SliceGateway> = Api::namespaced(self.client.clone(), self.namespace);
-        api.patch_status(self.gateway, &self.params(), &Patch::Merge(&patch))
+        let params = self.params();
+        let patch = Patch::Merge(&patch);
+        let write = api.patch_status(self.gateway, &params, &patch);
+        self.world
+            .gateways
+            .write(&gateway, write)
             .await
             .map_err(|source| ReconcileError::EditIntermediate {
                 gateway: self.gateway.to_owned(),
@@ -110,7 +121,12 @@ impl LocalSide<'_> {
         for pod in self.world.deployment_pods(deployment) {
             let name = pod.metadata.name.clone().unwrap_or_default();
             let patch = json!({"metadata": {"labels": {LABEL_EXCLUDE_GW_ROUTE: "true"}}});
-            pods.patch(&name, &self.params(), &Patch::Merge(&patch))
+            let params = self.params();
+            let patch = Patch::Merge(&patch);
+            let write = pods.patch(&name, &params, &patch);
+            self.world
+                .pods
+                .write(&pod, write)
                 .await
                 .map_err(|source| ReconcileError::ExcludeGatewayPod { pod: name, source })?;
         }

@@ -82,7 +82,7 @@ pub struct Recycler {
 pub const AFTER_WORK: &str = "after_work";
 
 /// What a pass of one CR left to do.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Outcome {
     /// Waiting on this condition, which only a probe notices: re-check on the probe ladder.
     pub probing: Option<&'static str>,
@@ -90,6 +90,8 @@ pub struct Outcome {
     pub recheck_after: Option<Duration>,
     /// Something was written.
     pub progressed: bool,
+    /// Work was done on this local SliceGateway's objects: its reconciler has something to do.
+    pub worked_on: Option<String>,
 }
 
 fn parse_time(text: &str) -> Option<Timestamp> {
@@ -255,7 +257,7 @@ impl Recycler {
         let api: Api<WorkerSliceGwRecycler> =
             Api::namespaced(self.hub.clone(), &self.hub_namespace);
         if let Some(message) = unrecorded_failure(cr) {
-            self.record_failure(&api, cr, message.to_owned(), now)
+            self.record_failure(world, cr, message.to_owned(), now)
                 .await?;
             return Ok(Outcome {
                 progressed: true,
@@ -283,12 +285,13 @@ impl Recycler {
                     ..
                 }) = after_work(&facts, &work, &self.timing, now)
                 {
-                    self.advance(&api, cr, &facts.state, (to, request, reason), now)
+                    self.advance(world, cr, &facts.state, (to, request, reason), now)
                         .await?;
                 }
                 Ok(Outcome {
                     probing: Some(AFTER_WORK),
                     progressed: true,
+                    worked_on: Some(gateway.to_owned()),
                     ..Outcome::default()
                 })
             }
@@ -298,7 +301,7 @@ impl Recycler {
                 reason,
                 ..
             } => {
-                self.advance(&api, cr, &facts.state, (to, request, reason), now)
+                self.advance(world, cr, &facts.state, (to, request, reason), now)
                     .await?;
                 Ok(Outcome {
                     progressed: true,
@@ -316,7 +319,7 @@ impl Recycler {
                         // Re-check at most every step timeout, so the timeout also fires when idle.
                         d.min(self.timing.step_timeout)
                     }),
-                    progressed: false,
+                    ..Outcome::default()
                 })
             }
             ServerAction::Fail { step, missing } => {
@@ -327,12 +330,12 @@ impl Recycler {
                 );
                 // The reason travels with the state write, so a crash before the condition is
                 // written loses nothing: the next pass in error_state writes it from here.
-                self.write_state(&api, cr, &State::Error, None, now, Some(&message))
+                self.write_state(world, cr, &State::Error, None, now, Some(&message))
                     .await?;
                 self.metrics.transition(&facts.state, &State::Error);
                 self.metrics.finished(cr, "error", now);
                 tracing::warn!(%message, "recycle failed");
-                self.record_failure(&api, cr, message, now).await?;
+                self.record_failure(world, cr, message, now).await?;
                 Ok(Outcome {
                     progressed: true,
                     ..Outcome::default()
@@ -358,13 +361,13 @@ impl Recycler {
     /// write, its metrics and the reference's Event (`reason`).
     async fn advance(
         &self,
-        api: &Api<WorkerSliceGwRecycler>,
+        world: &World,
         cr: &WorkerSliceGwRecycler,
         from: &State,
         (to, request, reason): (State, Request, Option<&'static str>),
         now: Timestamp,
     ) -> Result<(), ReconcileError> {
-        self.write_state(api, cr, &to, Some(request.as_str()), now, None)
+        self.write_state(world, cr, &to, Some(request.as_str()), now, None)
             .await?;
         self.metrics.transition(from, &to);
         if to == State::End {
@@ -380,7 +383,7 @@ impl Recycler {
     /// Writes `spec.state` (and `spec.request`) at the resourceVersion decided on.
     async fn write_state(
         &self,
-        api: &Api<WorkerSliceGwRecycler>,
+        world: &World,
         cr: &WorkerSliceGwRecycler,
         to: &State,
         request: Option<&str>,
@@ -402,16 +405,12 @@ impl Recycler {
             },
             "spec": spec
         });
-        api.patch(
-            &cr.name_any(),
-            &write_params(&self.manager),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .map_err(|source| ReconcileError::WriteState {
-            recycler: cr.name_any(),
-            source,
-        })?;
+        self.patch_cr(world, cr, &patch, false)
+            .await
+            .map_err(|source| ReconcileError::WriteState {
+                recycler: cr.name_any(),
+                source,
+            })?;
         tracing::info!(from = %cr.state(), %to, "state written");
         Ok(())
     }
@@ -420,7 +419,7 @@ impl Recycler {
     /// missing condition) and the Warning Event of a recycle in error_state.
     async fn record_failure(
         &self,
-        api: &Api<WorkerSliceGwRecycler>,
+        world: &World,
         cr: &WorkerSliceGwRecycler,
         message: String,
         now: Timestamp,
@@ -435,7 +434,7 @@ impl Recycler {
             observed_generation: cr.metadata.generation,
         };
         let patch = json!({"status": {"conditions": [condition]}});
-        api.patch_status(&name, &write_params(&self.manager), &Patch::Merge(&patch))
+        self.patch_cr(world, cr, &patch, true)
             .await
             .map_err(|source| ReconcileError::WriteCondition {
                 recycler: name.clone(),
@@ -469,6 +468,7 @@ impl Recycler {
                 Ok(Outcome {
                     probing: Some(AFTER_WORK),
                     progressed: true,
+                    worked_on: Some(gateway.to_owned()),
                     ..Outcome::default()
                 })
             }
@@ -480,22 +480,16 @@ impl Recycler {
                 })
             }
             ClientAction::Respond(response) => {
-                let api: Api<WorkerSliceGwRecycler> =
-                    Api::namespaced(self.hub.clone(), &self.hub_namespace);
                 let patch = json!({
                     "metadata": {"resourceVersion": cr.metadata.resource_version},
                     "status": {"client": {"response": response.as_str(), "recycledClient": new}}
                 });
-                api.patch_status(
-                    &cr.name_any(),
-                    &write_params(&self.manager),
-                    &Patch::Merge(&patch),
-                )
-                .await
-                .map_err(|source| ReconcileError::WriteResponse {
-                    recycler: cr.name_any(),
-                    source,
-                })?;
+                self.patch_cr(world, cr, &patch, true)
+                    .await
+                    .map_err(|source| ReconcileError::WriteResponse {
+                        recycler: cr.name_any(),
+                        source,
+                    })?;
                 tracing::info!(%response, "client response written");
                 Ok(Outcome {
                     progressed: true,
@@ -503,6 +497,32 @@ impl Recycler {
                 })
             }
         }
+    }
+
+    /// Merge-patches `cr` (its status when `status`); what the hub answers stands in for the
+    /// cached CR until the watch brings it, so the next pass does not decide on the version before.
+    async fn patch_cr(
+        &self,
+        world: &World,
+        cr: &WorkerSliceGwRecycler,
+        patch: &serde_json::Value,
+        status: bool,
+    ) -> Result<(), kube::Error> {
+        let api: Api<WorkerSliceGwRecycler> =
+            Api::namespaced(self.hub.clone(), &self.hub_namespace);
+        let (name, params, patch) = (
+            cr.name_any(),
+            write_params(&self.manager),
+            Patch::Merge(patch),
+        );
+        let write = async {
+            if status {
+                api.patch_status(&name, &params, &patch).await
+            } else {
+                api.patch(&name, &params, &patch).await
+            }
+        };
+        world.recyclers.write(cr, write).await.map(drop)
     }
 
     async fn announce(

@@ -10,6 +10,7 @@ use capstan_apis::networking::{
     slice_router_impl_label,
 };
 use capstan_apis::worker::WorkerSliceGwRecycler;
+use capstan_runtime::own_writes::OwnWrites;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Resource;
@@ -17,12 +18,15 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 
 /// The caches, cheap to clone. The controllers' watches fill them (see `run_controllers`).
+/// Each kind this process writes shows its own last write until the watch brings it back, so a
+/// pass right after a write (of either controller) decides on what was written, not on the
+/// version before it.
 #[derive(Clone)]
 pub struct World {
-    pub recyclers: Store<WorkerSliceGwRecycler>,
-    pub gateways: Store<SliceGateway>,
-    pub deployments: Store<Deployment>,
-    pub pods: Store<Pod>,
+    pub recyclers: Arc<OwnWrites<WorkerSliceGwRecycler>>,
+    pub gateways: Arc<OwnWrites<SliceGateway>>,
+    pub deployments: Arc<OwnWrites<Deployment>>,
+    pub pods: Arc<OwnWrites<Pod>>,
     /// The worker's Nodes, watched only with `--rebalance`.
     pub nodes: Option<Store<Node>>,
 }
@@ -37,10 +41,10 @@ impl World {
     /// are listed (or when the ServiceAccount may not list them) rebalancing sees no usable
     /// node and does nothing, while everything else works.
     pub async fn ready(&self) -> Result<(), reflector::store::WriterDropped> {
-        self.recyclers.wait_until_ready().await?;
-        self.gateways.wait_until_ready().await?;
-        self.deployments.wait_until_ready().await?;
-        self.pods.wait_until_ready().await?;
+        self.recyclers.store().wait_until_ready().await?;
+        self.gateways.store().wait_until_ready().await?;
+        self.deployments.store().wait_until_ready().await?;
+        self.pods.store().wait_until_ready().await?;
         Ok(())
     }
 
@@ -209,7 +213,7 @@ mod tests {
         .expect("recycle")
     }
 
-    fn store_of<K>(objects: Vec<K>) -> Store<K>
+    fn store_of<K>(objects: Vec<K>) -> Arc<OwnWrites<K>>
     where
         K: kube::Resource<DynamicType = ()> + Clone + 'static,
     {
@@ -217,7 +221,7 @@ mod tests {
         for obj in objects {
             writer.apply_watcher_event(&watcher::Event::Apply(obj));
         }
-        reader
+        Arc::new(OwnWrites::new(reader, std::time::Duration::from_secs(2)))
     }
 
     #[test]
@@ -242,6 +246,50 @@ mod tests {
             assert_eq!(woken, ["running"], "a change of {side}");
         }
         assert!(world.recyclers_of(&["blue-s".to_string()]).is_empty());
+    }
+
+    fn gateway_pod(name: &str, rv: &str, labels: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv, "labels": labels},
+            "status": {"phase": "Running", "podIP": "10.0.0.7"}
+        }))
+        .expect("pod")
+    }
+
+    #[tokio::test]
+    async fn a_label_this_process_wrote_is_seen_before_its_watch_event() {
+        let dep = serde_json::json!({LABEL_SLICE_GW_DEP: "red-s-0-0"});
+        let world = World {
+            recyclers: store_of(vec![]),
+            gateways: store_of(vec![]),
+            deployments: store_of(vec![]),
+            pods: store_of(vec![gateway_pod("gw", "5", dep.clone())]),
+            nodes: None,
+        };
+        let excluded = |world: &World| {
+            world
+                .deployment_pods("red-s-0-0")
+                .iter()
+                .map(|p| is_excluded(p))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(excluded(&world), [false]);
+        let mut labels = dep;
+        labels[LABEL_EXCLUDE_GW_ROUTE] = "true".into();
+        let cached = gateway_pod("gw", "5", serde_json::json!({}));
+        let answered = gateway_pod("gw", "6", labels);
+        world
+            .pods
+            .write(&cached, async {
+                Ok::<_, std::convert::Infallible>(answered)
+            })
+            .await
+            .expect("write");
+        assert_eq!(
+            excluded(&world),
+            [true],
+            "the pass after the write sees the label, not the cached pod"
+        );
     }
 
     #[test]

@@ -31,7 +31,7 @@ use anyhow::Context as _;
 use capstan_apis::machine::{Machine, MachineClass, NODE_LABEL_MACHINE_NAME};
 use capstan_runtime::backoff::BackoffConfig;
 use capstan_runtime::controller::{
-    Binary, Gates, Reconciler, RetryPolicy, drive, reflect, reflect_observed, watch_events,
+    Binary, Gates, Reconciler, RetryPolicy, drive, reflect, reflect_own_writes, watch_events,
 };
 use capstan_runtime::events::EventPublisher;
 use capstan_runtime::metrics::ControllerMetrics;
@@ -227,17 +227,9 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
     // milliseconds).
     let own_writes_ttl = Duration::from_secs(2);
     let own_machines = Arc::new(OwnWrites::new(machine_store.clone(), own_writes_ttl));
-    let (node_store, node_writer) = reflector::store();
-    let own_nodes = Arc::new(OwnWrites::new(node_store.clone(), own_writes_ttl));
-    let node_stream = {
-        let own_nodes = own_nodes.clone();
-        reflect_observed(
-            node_writer,
-            nodes_api,
-            watcher::Config::default(),
-            move |event| own_nodes.observe(event),
-        )
-    };
+    let (own_nodes, node_stream) =
+        reflect_own_writes(nodes_api, watcher::Config::default(), own_writes_ttl);
+    let node_store = own_nodes.store().clone();
     let (machine_tx, machine_rx) = unbounded_channel::<ObjectRef<Machine>>();
     let (class_tx, class_rx) = unbounded_channel::<ObjectRef<MachineClass>>();
     let (secret_tx, secret_rx) = unbounded_channel::<ObjectRef<Secret>>();

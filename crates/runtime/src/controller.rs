@@ -13,6 +13,7 @@
 use std::fmt::Display;
 use std::future::Future;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -28,6 +29,7 @@ use crate::cli::CommonArgs;
 use crate::kube_errors::{find_kube_error, is_conflict, is_failed_patch_test};
 use crate::leader::LeaderHandle;
 use crate::metrics::{ControllerMetrics, ErrorLabel};
+use crate::own_writes::OwnWrites;
 use crate::service::Service;
 use crate::shutdown::Shutdown;
 use crate::telemetry::{self, TelemetryGuard};
@@ -418,8 +420,29 @@ where
     (store, reflect_observed(writer, api, config, |_| {}))
 }
 
+/// [`reflect`], with this process's own writes standing in for the cached objects until the
+/// watch brings them back (see [`OwnWrites`]); `ttl` bounds a
+/// stand-in's life.
+pub fn reflect_own_writes<K>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+    ttl: Duration,
+) -> (
+    Arc<OwnWrites<K>>,
+    impl Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + use<K>,
+)
+where
+    K: Watched,
+{
+    let (store, writer) = kube::runtime::reflector::store();
+    let own = Arc::new(OwnWrites::new(store, ttl));
+    let observer = own.clone();
+    let stream = reflect_observed(writer, api, config, move |event| observer.observe(event));
+    (own, stream)
+}
+
 /// [`reflect`] into the store of `writer`, showing every watch event to `observe` once the store
-/// has it (for example an [`OwnWrites`](crate::own_writes::OwnWrites) over that store).
+/// has it (for example an [`OwnWrites`] over that store).
 pub fn reflect_observed<K, F>(
     writer: kube::runtime::reflector::store::Writer<K>,
     api: kube::Api<K>,

@@ -130,6 +130,22 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<K> {
         self.choose(&key(&*cached)).unwrap_or(cached)
     }
 
+    /// Every cached object, our own writes standing in for theirs: the scans' view.
+    pub fn state(&self) -> Vec<Arc<K>> {
+        let cached = self.store.state();
+        let state = lock(&self.state);
+        if state.stand_ins.is_empty() {
+            return cached;
+        }
+        cached
+            .into_iter()
+            .map(|obj| match state.stand_ins.get(&key(&*obj)) {
+                Some(stand_in) if stand_in.at.elapsed() < self.ttl => stand_in.written.clone(),
+                _ => obj,
+            })
+            .collect()
+    }
+
     fn choose(&self, k: &Key) -> Option<Arc<K>> {
         let mut state = lock(&self.state);
         let stand_in = state.stand_ins.get(k)?;
@@ -280,6 +296,28 @@ mod tests {
             rv(cache.own.get(&ObjectRef::new("b").within("ns"))),
             "absent"
         );
+    }
+
+    #[tokio::test]
+    async fn scans_see_the_stand_ins_in_place_of_the_cached_objects() {
+        let cache = Cache::new(Duration::from_secs(60));
+        cache.apply("a", "5");
+        cache.apply("b", "3");
+        let versions = |cache: &Cache| {
+            let mut all: Vec<String> = cache.own.state().into_iter().map(|o| rv(Some(o))).collect();
+            all.sort();
+            all
+        };
+        assert_eq!(versions(&cache), ["3", "5"]);
+        cache.write("7", &[]).await;
+        assert_eq!(
+            versions(&cache),
+            ["3", "7"],
+            "ours in place of a's cached 5"
+        );
+        cache.apply("a", "7");
+        cache.apply("a", "9");
+        assert_eq!(versions(&cache), ["3", "9"], "the cache leads again");
     }
 
     #[tokio::test]
