@@ -230,8 +230,8 @@ impl Context {
     }
 
     /// When to look at `target` again: at the next rung of its probe ladder while it waits on a
-    /// gRPC condition (`probing`), at `recheck_after` for a time-based wait (whichever is first),
-    /// else on the next watch event. Progress (or no probing) ends the wait.
+    /// gRPC condition (`probing`), at `recheck_after` for a time-based wait or after work
+    /// (whichever is first), else on the next watch event. Progress (or no probing) ends the wait.
     fn next_check(
         &self,
         target: Target<'_>,

@@ -78,15 +78,17 @@ pub struct Recycler {
     pub manager: String,
 }
 
-/// What a pass that performed work waits for: the work's effect, which the next probe shows.
-pub const AFTER_WORK: &str = "after_work";
+/// When a pass that performed work looks again: at once. Its writes show through the caches'
+/// stand-ins and its gRPC calls have returned, so the next pass sees what it did and moves on
+/// (or waits on the step's own condition, with that condition's ladder).
+pub const AFTER_WORK: Duration = Duration::ZERO;
 
 /// What a pass of one CR left to do.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Outcome {
     /// Waiting on this condition, which only a probe notices: re-check on the probe ladder.
     pub probing: Option<&'static str>,
-    /// Waiting on time: re-check after this.
+    /// Re-check after this: a wait on time, or [`AFTER_WORK`].
     pub recheck_after: Option<Duration>,
     /// Something was written.
     pub progressed: bool,
@@ -289,7 +291,7 @@ impl Recycler {
                         .await?;
                 }
                 Ok(Outcome {
-                    probing: Some(AFTER_WORK),
+                    recheck_after: Some(AFTER_WORK),
                     progressed: true,
                     worked_on: Some(gateway.to_owned()),
                     ..Outcome::default()
@@ -466,7 +468,7 @@ impl Recycler {
             ClientAction::Work(work) => {
                 self.side(world, gateway).perform(&work).await?;
                 Ok(Outcome {
-                    probing: Some(AFTER_WORK),
+                    recheck_after: Some(AFTER_WORK),
                     progressed: true,
                     worked_on: Some(gateway.to_owned()),
                     ..Outcome::default()
