@@ -84,6 +84,18 @@ where
     Ok(())
 }
 
+/// The requests one client (the product part of its User-Agent) made.
+pub fn of_client(requests: &RequestStats, client: &str) -> RequestStats {
+    RequestStats {
+        counts: requests
+            .counts
+            .iter()
+            .filter(|(k, _)| k.client == client)
+            .map(|(k, n)| (k.clone(), *n))
+            .collect(),
+    }
+}
+
 /// `requests` summed by verb, `create 10, get 3`, or `none`.
 pub fn by_verb(requests: &RequestStats) -> String {
     let mut verbs: BTreeMap<&str, u64> = BTreeMap::new();

@@ -28,7 +28,7 @@ use kube_sim::accounting::RequestStats;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
-use crate::cluster::{Cluster, Controller, by_verb, by_write, for_each_concurrent};
+use crate::cluster::{Cluster, Controller, by_verb, by_write, for_each_concurrent, of_client};
 use crate::report::{Report, Samples, ScalePoint, Series, median, since};
 
 #[derive(clap::Args)]
@@ -298,18 +298,6 @@ async fn controller_run(bin_dir: &Path, scratch: &Path, shape: Shape) -> Result<
         steady_writes,
         peak_rss,
     })
-}
-
-/// The requests one client made.
-fn of_client(requests: &RequestStats, client: &str) -> RequestStats {
-    RequestStats {
-        counts: requests
-            .counts
-            .iter()
-            .filter(|(k, _)| k.client == client)
-            .map(|(k, n)| (k.clone(), *n))
-            .collect(),
-    }
 }
 
 fn class_name(i: usize) -> String {

@@ -27,7 +27,9 @@ use tonic::transport::{Channel, Endpoint};
 
 mod floor;
 
-use crate::cluster::{Cluster, Controller, bench_config};
+use kube_sim::accounting::RequestStats;
+
+use crate::cluster::{Cluster, Controller, bench_config, by_verb, of_client};
 use crate::report::{Report, median};
 use floor::Floor;
 
@@ -52,6 +54,9 @@ pub struct Args {
 const IMAGE: &str = "ghcr.io/capstan/capstan";
 const HUB_NS: &str = "kubeslice-red";
 const NS: &str = "kubeslice-system";
+/// The client name gw-recycler's requests carry (its User-Agent's product).
+const RECYCLER_AGENT: &str = "gw-recycler";
+
 /// Where the floor's objects live: a namespace gw-recycler does not watch.
 const FLOOR_NS: &str = "capstan-bench-floor";
 const SLICE: &str = "red";
@@ -117,10 +122,14 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<Report> {
     );
     let floor = Floor::measure(&hub, &client, args.samples).await?;
 
+    let clusters = [&hub, &server, &client];
+    let mut made = RequestStats::default();
     let mut singles = Vec::new();
     for k in 0..args.singles.max(1) {
         let instance = (k % args.instances as usize) as u32;
+        let before = snapshot(&clusters);
         let took = recycle(&hub, &mut pairs[..], instance).await?;
+        add_recycler_requests(&mut made, &clusters, &before);
         eprintln!("recycler bench: single recycle {}: {took:.2?}", k + 1);
         singles.push(took);
     }
@@ -135,7 +144,9 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<Report> {
         .collect();
     add_gateways(&server, &client, &many).await?;
     wait_serving(&server, &client, &many, args.instances).await?;
+    let before = snapshot(&clusters);
     let concurrent = recycle(&hub, &mut many, 0).await?;
+    add_recycler_requests(&mut made, &clusters, &before);
     eprintln!(
         "recycler bench: {} pairs at once: {concurrent:.2?}",
         args.pairs
@@ -173,6 +184,28 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<Report> {
                 .join(", ")
         ),
     );
+    let recycles = (singles.len() + args.pairs) as f64;
+    let failed = made.count_where(|k| k.code >= 400);
+    report.row(
+        "gw-recycler API requests per recycle",
+        format!("{:.1}", made.total() as f64 / recycles),
+        format!("both sides, all three clusters: {}", by_verb(&made)),
+    );
+    let failures = made
+        .by_verb_resource_code()
+        .into_iter()
+        .filter(|(what, _)| what.rsplit(' ').next().is_some_and(|code| code >= "400"))
+        .map(|(what, n)| format!("{what} x{n}"))
+        .collect::<Vec<_>>();
+    report.row(
+        "gw-recycler failed API requests per recycle",
+        format!("{:.2}", failed as f64 / recycles),
+        if failures.is_empty() {
+            "none".to_string()
+        } else {
+            failures.join(", ")
+        },
+    );
     for (part, count, took) in floor.parts() {
         report.row(
             format!("floor part: {part}"),
@@ -181,6 +214,21 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<Report> {
         );
     }
     Ok(report)
+}
+
+/// Every cluster's request counters now.
+fn snapshot(clusters: &[&Cluster]) -> Vec<RequestStats> {
+    clusters.iter().map(|c| c.sim.requests()).collect()
+}
+
+/// Adds gw-recycler's requests to `clusters` since `before` to `made`.
+fn add_recycler_requests(made: &mut RequestStats, clusters: &[&Cluster], before: &[RequestStats]) {
+    for (cluster, before) in clusters.iter().zip(before) {
+        let since = of_client(&cluster.sim.requests().since(before), RECYCLER_AGENT);
+        for (key, n) in since.counts {
+            *made.counts.entry(key).or_default() += n;
+        }
+    }
 }
 
 /// A kube-sim with Capstan's CRDs and the bench's namespaces; a worker (with `octet`) also runs
