@@ -83,6 +83,15 @@ pub struct Recycler {
 /// (or waits on the step's own condition, with that condition's ladder).
 pub const AFTER_WORK: Duration = Duration::ZERO;
 
+/// The part of a WorkerSliceGwRecycler a write sets: the server's `spec` (state, request), the
+/// `Failed` condition, or the client's response (both in `status`).
+#[derive(Debug, Clone, Copy)]
+enum CrPart {
+    State,
+    Condition,
+    Response,
+}
+
 /// What a pass of one CR left to do.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Outcome {
@@ -407,12 +416,7 @@ impl Recycler {
             },
             "spec": spec
         });
-        self.patch_cr(world, cr, &patch, false)
-            .await
-            .map_err(|source| ReconcileError::WriteState {
-                recycler: cr.name_any(),
-                source,
-            })?;
+        self.patch_cr(world, cr, CrPart::State, &patch).await?;
         tracing::info!(from = %cr.state(), %to, "state written");
         Ok(())
     }
@@ -426,7 +430,6 @@ impl Recycler {
         message: String,
         now: Timestamp,
     ) -> Result<(), ReconcileError> {
-        let name = cr.name_any();
         let condition = Condition {
             type_: CONDITION_FAILED.into(),
             status: "True".into(),
@@ -436,12 +439,7 @@ impl Recycler {
             observed_generation: cr.metadata.generation,
         };
         let patch = json!({"status": {"conditions": [condition]}});
-        self.patch_cr(world, cr, &patch, true)
-            .await
-            .map_err(|source| ReconcileError::WriteCondition {
-                recycler: name.clone(),
-                source,
-            })?;
+        self.patch_cr(world, cr, CrPart::Condition, &patch).await?;
         self.announce(cr, EventType::Warning, EVENT_FSM_ERROR, message)
             .await;
         Ok(())
@@ -486,12 +484,7 @@ impl Recycler {
                     "metadata": {"resourceVersion": cr.metadata.resource_version},
                     "status": {"client": {"response": response.as_str(), "recycledClient": new}}
                 });
-                self.patch_cr(world, cr, &patch, true)
-                    .await
-                    .map_err(|source| ReconcileError::WriteResponse {
-                        recycler: cr.name_any(),
-                        source,
-                    })?;
+                self.patch_cr(world, cr, CrPart::Response, &patch).await?;
                 tracing::info!(%response, "client response written");
                 Ok(Outcome {
                     progressed: true,
@@ -501,15 +494,15 @@ impl Recycler {
         }
     }
 
-    /// Merge-patches `cr` (its status when `status`); what the hub answers stands in for the
-    /// cached CR until the watch brings it, so the next pass does not decide on the version before.
+    /// Merge-patches `part` of `cr`; what the hub answers stands in for the cached CR until the
+    /// watch brings it, so the next pass does not decide on the version before.
     async fn patch_cr(
         &self,
         world: &World,
         cr: &WorkerSliceGwRecycler,
+        part: CrPart,
         patch: &serde_json::Value,
-        status: bool,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<(), ReconcileError> {
         let api: Api<WorkerSliceGwRecycler> =
             Api::namespaced(self.hub.clone(), &self.hub_namespace);
         let (name, params, patch) = (
@@ -518,13 +511,22 @@ impl Recycler {
             Patch::Merge(patch),
         );
         let write = async {
-            if status {
-                api.patch_status(&name, &params, &patch).await
-            } else {
-                api.patch(&name, &params, &patch).await
+            match part {
+                CrPart::State => api.patch(&name, &params, &patch).await,
+                CrPart::Condition | CrPart::Response => {
+                    api.patch_status(&name, &params, &patch).await
+                }
             }
         };
-        world.recyclers.write(cr, write).await.map(drop)
+        let written = world.recyclers.write(cr, write).await;
+        written.map(drop).map_err(|source| {
+            let recycler = name;
+            match part {
+                CrPart::State => ReconcileError::WriteState { recycler, source },
+                CrPart::Condition => ReconcileError::WriteCondition { recycler, source },
+                CrPart::Response => ReconcileError::WriteResponse { recycler, source },
+            }
+        })
     }
 
     async fn announce(
