@@ -11,6 +11,7 @@ use capstan_apis::machine::{
 };
 use capstan_testkit::process::http_get;
 use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
@@ -663,6 +664,9 @@ async fn machine_phase_follows_node_health_and_a_deleted_node_takes_its_machine(
     .await;
 }
 
+/// The Lease is named after the binary by default.
+const LEASE: &str = "machineclass-controller";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_replica_takes_over_the_objects_it_parked() {
     let env = Env::start().await;
@@ -679,8 +683,17 @@ async fn a_standby_replica_takes_over_the_objects_it_parked() {
     .await;
     let standby = env.controller(&elect("replica-b")).await;
 
-    // The leader freezes without releasing its Lease; a Machine created now is seen, but only
-    // parked, by the standby.
+    // The leader freezes without releasing its Lease, right after renewing it (so the Lease
+    // outlives the check below by seconds, however loaded the machine); a Machine created now
+    // is seen, but only parked, by the standby.
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), "default");
+    let renewed = |lease: &Lease| lease.spec.as_ref().and_then(|s| s.renew_time.clone());
+    let before = renewed(&leases.get(LEASE).await.expect("the leader's Lease"));
+    until(&leader, "the leader renews its Lease", T, || async {
+        let now = renewed(&leases.get(LEASE).await.ok()?);
+        (now != before).then_some(())
+    })
+    .await;
     leader
         .signal(nix::sys::signal::Signal::SIGSTOP)
         .expect("stopped");
