@@ -240,7 +240,8 @@ impl GatewayReconciler {
             if !replaced || d.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            match api.delete(&dep, &DeleteParams::background()).await {
+            let params = DeleteParams::background();
+            match world.deployments.delete(d, api.delete(&dep, &params)).await {
                 Ok(_) => tracing::info!(deployment = %dep, "marked gateway deployment deleted"),
                 Err(e) if is_not_found(&e) => {}
                 Err(source) => {

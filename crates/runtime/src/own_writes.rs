@@ -9,6 +9,9 @@
 //! them, the cache already has it (or later ones) and nothing stands in. Otherwise everything the
 //! cache holds is older than ours, and ours stands in until its version arrives. A relist, a
 //! deletion, a failed write or the `ttl` also end a stand-in.
+//!
+//! A delete this process made hides the object the same way, until the watch's Delete arrives,
+//! an object of that name with another uid appears (created again), a relist, or the `ttl`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -34,9 +37,16 @@ struct InFlight {
     delivered: Vec<String>,
 }
 
+/// An object this process deleted, hidden until the watch says it is gone.
+struct Deleted {
+    uid: Option<String>,
+    at: Instant,
+}
+
 struct State<K> {
     stand_ins: HashMap<Key, StandIn<K>>,
     in_flight: HashMap<Key, InFlight>,
+    deleted: HashMap<Key, Deleted>,
 }
 
 /// A [`Store`] that also returns this process's own last writes until the watch brings them.
@@ -68,6 +78,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<K> {
             state: Mutex::new(State {
                 stand_ins: HashMap::new(),
                 in_flight: HashMap::new(),
+                deleted: HashMap::new(),
             }),
         }
     }
@@ -115,14 +126,48 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<K> {
         }
     }
 
-    /// The object of that name: our last write until the watch brings it, else the cache's.
+    /// Runs `delete`, a delete of `target`; once it succeeded, `target` is hidden from
+    /// [`get`](Self::get) and [`state`](Self::state) until the watch brings its deletion.
+    pub async fn delete<T, E>(
+        &self,
+        target: &K,
+        delete: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let deleted = delete.await?;
+        let k = key(target);
+        let mut state = lock(&self.state);
+        state.stand_ins.remove(&k);
+        // A Delete event that came before the answer left nothing to end this tombstone.
+        let ttl = self.ttl;
+        state.deleted.retain(|_, d| d.at.elapsed() < ttl);
+        let tombstone = Deleted {
+            uid: target.meta().uid.clone(),
+            at: Instant::now(),
+        };
+        state.deleted.insert(k, tombstone);
+        Ok(deleted)
+    }
+
+    /// The object of that name: our last write until the watch brings it, else the cache's;
+    /// nothing once we deleted it.
     pub fn get(&self, reference: &ObjectRef<K>) -> Option<Arc<K>> {
-        let cached = self.store.get(reference);
         let k = (
             reference.namespace.clone().unwrap_or_default(),
             reference.name.clone(),
         );
+        if self.hidden(&lock(&self.state), &k) {
+            return None;
+        }
+        let cached = self.store.get(reference);
         self.choose(&k).or(cached)
+    }
+
+    /// Whether `k` is an object we deleted whose deletion the watch has not brought yet.
+    fn hidden(&self, state: &State<K>, k: &Key) -> bool {
+        state
+            .deleted
+            .get(k)
+            .is_some_and(|d| d.at.elapsed() < self.ttl)
     }
 
     /// [`get`](Self::get) for an object the cache handed over (a controller's trigger).
@@ -134,14 +179,20 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<K> {
     pub fn state(&self) -> Vec<Arc<K>> {
         let cached = self.store.state();
         let state = lock(&self.state);
-        if state.stand_ins.is_empty() {
+        if state.stand_ins.is_empty() && state.deleted.is_empty() {
             return cached;
         }
         cached
             .into_iter()
-            .map(|obj| match state.stand_ins.get(&key(&*obj)) {
-                Some(stand_in) if stand_in.at.elapsed() < self.ttl => stand_in.written.clone(),
-                _ => obj,
+            .filter_map(|obj| {
+                let k = key(&*obj);
+                if self.hidden(&state, &k) {
+                    return None;
+                }
+                Some(match state.stand_ins.get(&k) {
+                    Some(stand_in) if stand_in.at.elapsed() < self.ttl => stand_in.written.clone(),
+                    _ => obj,
+                })
             })
             .collect()
     }
@@ -175,11 +226,23 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<K> {
                 {
                     state.stand_ins.remove(&k);
                 }
+                if state
+                    .deleted
+                    .get(&k)
+                    .is_some_and(|d| d.uid != obj.meta().uid)
+                {
+                    state.deleted.remove(&k);
+                }
             }
             watcher::Event::Delete(obj) => {
-                state.stand_ins.remove(&key(obj));
+                let k = key(obj);
+                state.stand_ins.remove(&k);
+                state.deleted.remove(&k);
             }
-            watcher::Event::Init => state.stand_ins.clear(),
+            watcher::Event::Init => {
+                state.stand_ins.clear();
+                state.deleted.clear();
+            }
             watcher::Event::InitDone => {}
         }
     }
@@ -318,6 +381,64 @@ mod tests {
         cache.apply("a", "7");
         cache.apply("a", "9");
         assert_eq!(versions(&cache), ["3", "9"], "the cache leads again");
+    }
+
+    fn with_uid(mut cm: ConfigMap, uid: &str) -> ConfigMap {
+        cm.metadata.uid = Some(uid.into());
+        cm
+    }
+
+    #[tokio::test]
+    async fn a_delete_hides_the_object_until_the_watch_brings_the_deletion() {
+        let cache = Cache::new(Duration::from_secs(60));
+        let a = with_uid(cm("a", "5"), "u1");
+        cache.deliver(watcher::Event::Apply(a.clone()));
+        cache.apply("b", "3");
+        let failed = cache
+            .own
+            .delete(&a, async { Err::<(), _>("refused") })
+            .await;
+        assert!(failed.is_err());
+        assert_eq!(cache.a(), "5", "a failed delete hides nothing");
+        let deleted = cache
+            .own
+            .delete(&a, async { Ok::<_, Infallible>(()) })
+            .await;
+        assert!(deleted.is_ok());
+        assert_eq!(cache.a(), "absent");
+        assert_eq!(cache.own.state().len(), 1, "scans skip it too");
+        // Its own last update (same uid) arriving late does not bring it back ...
+        cache.deliver(watcher::Event::Apply(with_uid(cm("a", "6"), "u1")));
+        assert_eq!(cache.a(), "absent");
+        // ... the Delete ends the tombstone, and a new object of that name is seen.
+        cache.deliver(watcher::Event::Delete(with_uid(cm("a", "6"), "u1")));
+        cache.deliver(watcher::Event::Apply(with_uid(cm("a", "9"), "u2")));
+        assert_eq!(cache.a(), "9");
+    }
+
+    #[tokio::test]
+    async fn an_object_created_again_or_the_ttl_end_a_tombstone() {
+        let cache = Cache::new(Duration::from_secs(60));
+        let a = with_uid(cm("a", "5"), "u1");
+        cache.deliver(watcher::Event::Apply(a.clone()));
+        let deleted = cache
+            .own
+            .delete(&a, async { Ok::<_, Infallible>(()) })
+            .await;
+        assert!(deleted.is_ok());
+        // The Delete came before our answer (so it ended nothing); the name is created again.
+        cache.deliver(watcher::Event::Apply(with_uid(cm("a", "7"), "u2")));
+        assert_eq!(cache.a(), "7");
+
+        let short = Cache::new(Duration::from_millis(1));
+        short.deliver(watcher::Event::Apply(a.clone()));
+        let deleted = short
+            .own
+            .delete(&a, async { Ok::<_, Infallible>(()) })
+            .await;
+        assert!(deleted.is_ok());
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(short.a(), "5", "past the ttl the cache speaks again");
     }
 
     #[tokio::test]
