@@ -336,6 +336,15 @@ mod tests {
             assert!(written.is_ok());
         }
 
+        /// A delete of `obj` that the server accepted.
+        async fn delete(&self, obj: &ConfigMap) {
+            let deleted = self
+                .own
+                .delete(obj, async { Ok::<_, Infallible>(()) })
+                .await;
+            assert!(deleted.is_ok());
+        }
+
         fn a(&self) -> String {
             rv(self.own.get(&ObjectRef::new("a").within("ns")))
         }
@@ -400,11 +409,7 @@ mod tests {
             .await;
         assert!(failed.is_err());
         assert_eq!(cache.a(), "5", "a failed delete hides nothing");
-        let deleted = cache
-            .own
-            .delete(&a, async { Ok::<_, Infallible>(()) })
-            .await;
-        assert!(deleted.is_ok());
+        cache.delete(&a).await;
         assert_eq!(cache.a(), "absent");
         assert_eq!(cache.own.state().len(), 1, "scans skip it too");
         // Its own last update (same uid) arriving late does not bring it back ...
@@ -421,22 +426,14 @@ mod tests {
         let cache = Cache::new(Duration::from_secs(60));
         let a = with_uid(cm("a", "5"), "u1");
         cache.deliver(watcher::Event::Apply(a.clone()));
-        let deleted = cache
-            .own
-            .delete(&a, async { Ok::<_, Infallible>(()) })
-            .await;
-        assert!(deleted.is_ok());
+        cache.delete(&a).await;
         // The Delete came before our answer (so it ended nothing); the name is created again.
         cache.deliver(watcher::Event::Apply(with_uid(cm("a", "7"), "u2")));
         assert_eq!(cache.a(), "7");
 
         let short = Cache::new(Duration::from_millis(1));
         short.deliver(watcher::Event::Apply(a.clone()));
-        let deleted = short
-            .own
-            .delete(&a, async { Ok::<_, Infallible>(()) })
-            .await;
-        assert!(deleted.is_ok());
+        short.delete(&a).await;
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(short.a(), "5", "past the ttl the cache speaks again");
     }
