@@ -52,7 +52,7 @@ pub use cli::{Args, Command, Role};
 
 use crate::error::ReconcileError;
 use crate::gateway::{GatewayReconciler, Pass};
-use crate::probe::ProbeLadder;
+use crate::probe::{ProbeLadder, Rungs};
 use crate::recycler::Recycler;
 use crate::sidecars::Sidecars;
 use crate::template::GatewayTemplate;
@@ -194,12 +194,15 @@ pub struct Context {
     pub caches_ready: Arc<AtomicBool>,
 }
 
-/// Re-probing a gRPC condition: 2 ms, 4 ms, 8 ms, ... after the wait began, then every second
-/// ([`probe::ProbeLadder`]). A new gateway's sidecar binds its port a few milliseconds after its
-/// pod turns Running; a connection refused costs microseconds, so the first re-checks come soon
-/// and the steady rate is still one per second.
-pub const PROBE_BASE: Duration = Duration::from_millis(2);
-pub const PROBE_MAX: Duration = Duration::from_secs(1);
+/// Re-probing a gRPC condition: every 2 ms for the first 32 ms of a wait, then 64 ms, 128 ms,
+/// ... after it began, then every second ([`probe::ProbeLadder`]). A new gateway's sidecar binds
+/// its port a few milliseconds after its pod turns Running; a connection refused costs
+/// microseconds, so the first re-checks come often and the steady rate is still one per second.
+pub const PROBE_RUNGS: Rungs = Rungs {
+    base: Duration::from_millis(2),
+    dense: Duration::from_millis(32),
+    max: Duration::from_secs(1),
+};
 
 /// A write stands in for the cached object for at most this long (the watch brings it back in
 /// milliseconds).
@@ -384,7 +387,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         gateways: w.gateways,
         rebalance: w.rebalance,
         reconciler: Reconciler::new(w.metrics, RETRY),
-        probes: ProbeLadder::new(PROBE_BASE, PROBE_MAX),
+        probes: ProbeLadder::new(PROBE_RUNGS),
         wake_recycles: Box::new(to_recyclers.clone()),
         wake_gateway: Box::new(to_gateway),
         leader: w.leader.clone(),

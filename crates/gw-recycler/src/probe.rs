@@ -1,9 +1,12 @@
 //! When to look again at a condition that only a gRPC probe notices (a new gateway's sidecar
-//! answering, a route present): on a ladder of `base`, 2·`base`, 4·`base`, ... after the wait
-//! began, the rungs at most `max` apart. Watch events start passes of their own meanwhile, and
-//! those probe too, but they do not climb the ladder: with a per-attempt backoff, the events of a
-//! pod coming up used the short pauses, and the sidecar, bound a few milliseconds later, was
-//! noticed only at the next long one.
+//! answering, a route present): every `base` while the wait is younger than `dense`, then on a
+//! ladder of `dense`, 2·`dense`, 4·`dense`, ... after the wait began, the rungs at most `max`
+//! apart. The dense start is where the answer usually comes: a new sidecar binds its port a few
+//! milliseconds after its pod runs, and a ladder doubling from `base` noticed one bound at 9 ms
+//! only at 16 ms (the floor the bench compares with probes every `base`). Watch events start
+//! passes of their own meanwhile, and those probe too, but they do not climb the ladder: with a
+//! per-attempt backoff, the events of a pod coming up used the short pauses, and the sidecar,
+//! bound a few milliseconds later, was noticed only at the next long one.
 //!
 //! An object deleted while it waits is never reset; its entry goes in a sweep once it has not
 //! been probed for [`IDLE_RUNGS`] rungs of `max`, since a waiting object is probed at least every
@@ -21,13 +24,30 @@ pub const IDLE_RUNGS: u32 = 10;
 /// Sweeps start once this many objects wait, then each time the count doubles.
 const FIRST_SWEEP: usize = 64;
 
+/// The rungs of a wait: every `base` up to `dense`, then doubling, at most `max` apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rungs {
+    pub base: Duration,
+    pub dense: Duration,
+    pub max: Duration,
+}
+
 /// The pause from `elapsed` (time since the wait began) to the ladder's next rung.
 /// Computed, not stepped: a wait may last the whole step timeout, and every pass asks.
-pub fn delay_after(base: Duration, max: Duration, elapsed: Duration) -> Duration {
-    let base = base.max(Duration::from_micros(1));
-    let spacing = max.max(base);
-    // Doubling while the step is below `max` ...
-    let mut rung = base;
+pub fn delay_after(rungs: Rungs, elapsed: Duration) -> Duration {
+    let base = rungs.base.max(Duration::from_micros(1));
+    let spacing = rungs.max.max(base);
+    // Every `base` while the wait is young ...
+    let dense = rungs.dense.max(base);
+    if elapsed < dense {
+        let next = (elapsed.as_nanos() / base.as_nanos() + 1) * base.as_nanos();
+        let rung = u64::try_from(next)
+            .map_or(dense, Duration::from_nanos)
+            .min(dense);
+        return rung - elapsed;
+    }
+    // ... then doubling from `dense` while the step is below `max` ...
+    let mut rung = dense;
     while rung < spacing && rung <= elapsed {
         rung += rung;
     }
@@ -60,16 +80,14 @@ struct Waits {
 /// The probe ladders of the objects waiting on a probe, by key.
 #[derive(Debug)]
 pub struct ProbeLadder {
-    base: Duration,
-    max: Duration,
+    rungs: Rungs,
     waits: Mutex<Waits>,
 }
 
 impl ProbeLadder {
-    pub fn new(base: Duration, max: Duration) -> Self {
+    pub fn new(rungs: Rungs) -> Self {
         Self {
-            base,
-            max,
+            rungs,
             waits: Mutex::new(Waits {
                 by_key: HashMap::new(),
                 sweep_at: FIRST_SWEEP,
@@ -82,7 +100,7 @@ impl ProbeLadder {
         let since = {
             let mut waits = lock(&self.waits);
             if !waits.by_key.contains_key(key) && waits.by_key.len() >= waits.sweep_at {
-                let idle = self.max * IDLE_RUNGS;
+                let idle = self.rungs.max * IDLE_RUNGS;
                 waits
                     .by_key
                     .retain(|_, w| now.saturating_duration_since(w.last) < idle);
@@ -100,7 +118,7 @@ impl ProbeLadder {
             wait.last = now;
             wait.since
         };
-        delay_after(self.base, self.max, now.saturating_duration_since(since))
+        delay_after(self.rungs, now.saturating_duration_since(since))
     }
 
     /// `key` waits for nothing any more (it progressed, or waits for a watch event or a time).
@@ -123,9 +141,25 @@ mod tests {
         Duration::from_millis(n)
     }
 
+    fn rungs(base: u64, dense: u64, max: u64) -> Rungs {
+        Rungs {
+            base: ms(base),
+            dense: ms(dense),
+            max: ms(max),
+        }
+    }
+
+    /// The ladder the tests below climb: every 2 ms up to 8 ms, then doubling up to 1 s apart.
+    const LADDER: Rungs = Rungs {
+        base: Duration::from_millis(2),
+        dense: Duration::from_millis(8),
+        max: Duration::from_millis(1000),
+    };
+
     #[test]
     fn rungs_double_from_base_then_stay_max_apart() {
-        let at = |elapsed| delay_after(ms(2), ms(100), ms(elapsed));
+        // No dense start (dense = base): 2, 4, 8, ..., 128, then 100 apart.
+        let at = |elapsed| delay_after(rungs(2, 2, 100), ms(elapsed));
         assert_eq!(at(0), ms(2));
         assert_eq!(at(1), ms(1));
         assert_eq!(at(2), ms(2), "on a rung: the next one");
@@ -134,19 +168,36 @@ mod tests {
         // 2, 4, ..., 128, then 100 apart: 228, 328, ...
         assert_eq!(at(128), ms(100));
         assert_eq!(at(300), ms(28));
-        assert!(delay_after(ms(2), ms(100), Duration::from_secs(3600)) <= ms(100));
+        assert!(delay_after(rungs(2, 2, 100), Duration::from_secs(3600)) <= ms(100));
         // An hour into a wait, rungs still fall on 128 ms + k * 100 ms.
         assert_eq!(
-            delay_after(ms(2), ms(100), Duration::from_secs(3600)),
+            delay_after(rungs(2, 2, 100), Duration::from_secs(3600)),
             ms(28)
         );
         // `max` below `base`: `base` apart from the start.
-        assert_eq!(delay_after(ms(10), ms(1), ms(25)), ms(5));
+        assert_eq!(delay_after(rungs(10, 0, 1), ms(25)), ms(5));
+    }
+
+    #[test]
+    fn a_young_wait_is_probed_every_base_then_the_ladder_doubles_from_dense() {
+        let at = |elapsed| delay_after(rungs(2, 32, 1000), ms(elapsed));
+        // 2, 4, 6, ..., 32: a sidecar bound at 9 ms is seen at 10, not at 16.
+        assert_eq!(at(0), ms(2));
+        assert_eq!(at(9), ms(1));
+        assert_eq!(at(10), ms(2), "on a rung: the next one");
+        assert_eq!(at(31), ms(1));
+        // Then 64, 128, ..., 1024, then 1 s apart.
+        assert_eq!(at(32), ms(32));
+        assert_eq!(at(40), ms(24));
+        assert_eq!(at(600), ms(424));
+        assert_eq!(at(1024), ms(1000));
+        // An hour in: rungs on 1024 ms + k * 1 s.
+        assert_eq!(at(3_600_000), ms(24));
     }
 
     #[test]
     fn passes_between_rungs_do_not_climb_the_ladder() {
-        let ladder = ProbeLadder::new(ms(2), ms(1000));
+        let ladder = ProbeLadder::new(LADDER);
         let start = Instant::now();
         assert_eq!(ladder.next_delay("cr", "new_nsm_ip", start), ms(2));
         // Three watch events within the first millisecond: each is told the same first rung.
@@ -158,7 +209,7 @@ mod tests {
 
     #[test]
     fn a_new_condition_or_a_reset_starts_a_new_ladder() {
-        let ladder = ProbeLadder::new(ms(2), ms(1000));
+        let ladder = ProbeLadder::new(LADDER);
         let start = Instant::now();
         ladder.next_delay("cr", "new_deployment_present", start);
         assert_eq!(ladder.next_delay("cr", "new_nsm_ip", start + ms(50)), ms(2));
@@ -173,7 +224,7 @@ mod tests {
 
     #[test]
     fn waits_of_objects_gone_unseen_are_swept_and_live_ones_kept() {
-        let ladder = ProbeLadder::new(ms(2), ms(1000));
+        let ladder = ProbeLadder::new(LADDER);
         let start = Instant::now();
         ladder.next_delay("alive", "route_via_new", start);
         for i in 1..FIRST_SWEEP {
@@ -192,7 +243,7 @@ mod tests {
         );
         assert_eq!(
             ladder.next_delay("alive", "route_via_new", start + ms(11_500)),
-            delay_after(ms(2), ms(1000), ms(11_500)),
+            delay_after(LADDER, ms(11_500)),
             "a kept wait keeps its ladder"
         );
     }
