@@ -156,43 +156,53 @@ mod tests {
         max: Duration::from_millis(1000),
     };
 
+    /// Each `(elapsed, pause)`: at `elapsed` ms into a wait on `rungs`, the next rung is `pause`
+    /// ms away.
+    fn assert_pauses(rungs: Rungs, table: &[(u64, u64)]) {
+        for &(elapsed, pause) in table {
+            assert_eq!(
+                delay_after(rungs, ms(elapsed)),
+                ms(pause),
+                "{elapsed} ms into a wait on {rungs:?}"
+            );
+        }
+    }
+
     #[test]
     fn rungs_double_from_base_then_stay_max_apart() {
-        // No dense start (dense = base): 2, 4, 8, ..., 128, then 100 apart.
-        let at = |elapsed| delay_after(rungs(2, 2, 100), ms(elapsed));
-        assert_eq!(at(0), ms(2));
-        assert_eq!(at(1), ms(1));
-        assert_eq!(at(2), ms(2), "on a rung: the next one");
-        assert_eq!(at(5), ms(3));
-        assert_eq!(at(64), ms(64));
-        // 2, 4, ..., 128, then 100 apart: 228, 328, ...
-        assert_eq!(at(128), ms(100));
-        assert_eq!(at(300), ms(28));
-        assert!(delay_after(rungs(2, 2, 100), Duration::from_secs(3600)) <= ms(100));
-        // An hour into a wait, rungs still fall on 128 ms + k * 100 ms.
-        assert_eq!(
-            delay_after(rungs(2, 2, 100), Duration::from_secs(3600)),
-            ms(28)
-        );
+        // No dense start (dense = base): 2, 4, 8, ..., 128, then 100 apart: 228, 328, ...;
+        // on a rung, the pause is to the next one; an hour in, rungs still fall on
+        // 128 ms + k * 100 ms.
+        let table = [
+            (0, 2),
+            (1, 1),
+            (2, 2),
+            (5, 3),
+            (64, 64),
+            (128, 100),
+            (300, 28),
+        ];
+        assert_pauses(rungs(2, 2, 100), &table);
+        assert_pauses(rungs(2, 2, 100), &[(3_600_000, 28)]);
         // `max` below `base`: `base` apart from the start.
-        assert_eq!(delay_after(rungs(10, 0, 1), ms(25)), ms(5));
+        assert_pauses(rungs(10, 0, 1), &[(25, 5)]);
     }
 
     #[test]
     fn a_young_wait_is_probed_every_base_then_the_ladder_doubles_from_dense() {
-        let at = |elapsed| delay_after(rungs(2, 32, 1000), ms(elapsed));
-        // 2, 4, 6, ..., 32: a sidecar bound at 9 ms is seen at 10, not at 16.
-        assert_eq!(at(0), ms(2));
-        assert_eq!(at(9), ms(1));
-        assert_eq!(at(10), ms(2), "on a rung: the next one");
-        assert_eq!(at(31), ms(1));
-        // Then 64, 128, ..., 1024, then 1 s apart.
-        assert_eq!(at(32), ms(32));
-        assert_eq!(at(40), ms(24));
-        assert_eq!(at(600), ms(424));
-        assert_eq!(at(1024), ms(1000));
-        // An hour in: rungs on 1024 ms + k * 1 s.
-        assert_eq!(at(3_600_000), ms(24));
+        // 2, 4, 6, ..., 32: a sidecar bound at 9 ms is seen at 10, not at 16. Then 64, 128, ...,
+        // 1024, then 1 s apart (an hour in: on 1024 ms + k * 1 s).
+        let table = [
+            (0, 2),
+            (9, 1),
+            (10, 2),
+            (31, 1),
+            (32, 32),
+            (40, 24),
+            (600, 424),
+        ];
+        assert_pauses(rungs(2, 32, 1000), &table);
+        assert_pauses(rungs(2, 32, 1000), &[(1024, 1000), (3_600_000, 24)]);
     }
 
     #[test]
