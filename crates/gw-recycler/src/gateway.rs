@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use capstan_apis::networking::{GwPodInfo, SliceGateway, TunnelState, TunnelStatus};
 use capstan_runtime::kube_errors::{is_conflict, is_not_found};
@@ -20,9 +21,17 @@ use crate::ops::write_params;
 use crate::sidecars::Sidecars;
 use crate::template::GatewayTemplate;
 use crate::world::{
-    World, is_excluded, is_marked_for_deletion, label, pod_ip, remote_subnet, slice_of,
+    World, incarnation, is_excluded, is_marked_for_deletion, label, pod_ip, remote_subnet, slice_of,
 };
 use capstan_apis::networking::LABEL_SLICEGW;
+use capstan_proto::sidecar::GwPodStatus;
+
+/// How long a gateway sidecar's complete answer (an NSM IP and an UP tunnel) stands for its pod
+/// incarnation. Every watch event of a gateway's pods, deployments or SliceGateway starts a pass,
+/// and each pass asked every pod's sidecar again, though a healthy sidecar's answer does not
+/// change. An incomplete answer is never reused, so a sidecar coming up is still probed on every
+/// pass; a tunnel that goes DOWN is published by the first pass after this long.
+pub const STATUS_TTL: Duration = Duration::from_secs(1);
 
 /// Settings and memory of the reconciler.
 pub struct GatewayReconciler {
@@ -36,6 +45,46 @@ pub struct GatewayReconciler {
     /// when they change, to a new router pod or a restarted router container, or after a failed
     /// push. One entry per gateway, so routers coming and going leave nothing behind.
     pushed: Mutex<HashMap<String, Pushed>>,
+    /// Per gateway, the complete sidecar answers of its pods (see [`STATUS_TTL`]).
+    answers: Mutex<HashMap<String, Answers>>,
+}
+
+/// A gateway sidecar's answer, and for which pod incarnation at which IP, asked when.
+#[derive(Debug, Clone)]
+struct Answer {
+    incarnation: String,
+    ip: String,
+    at: Instant,
+    status: GwPodStatus,
+}
+
+/// One gateway's complete sidecar answers, by pod name.
+#[derive(Debug, Default)]
+struct Answers(HashMap<String, Answer>);
+
+impl Answers {
+    /// The answer that still stands for `pod` as it is now: the same incarnation at the same IP,
+    /// asked less than [`STATUS_TTL`] ago.
+    fn standing(&self, pod: &str, incarnation: &str, ip: &str, now: Instant) -> Option<&Answer> {
+        self.0.get(pod).filter(|a| {
+            a.incarnation == incarnation && a.ip == ip && now.duration_since(a.at) < STATUS_TTL
+        })
+    }
+
+    /// Keeps `answer` for `pod` when it is complete: an NSM IP and an UP tunnel, all the
+    /// reconciler waits for. An incomplete one is asked again on the next pass.
+    fn keep(&mut self, pod: &str, answer: &Answer) {
+        let nsm_ip = answer
+            .status
+            .nsm_intf_status
+            .as_ref()
+            .map(|n| n.nsm_ip.as_str());
+        let tunnel = answer.status.tunnel_status.as_ref();
+        let up = tunnel.is_some_and(|t| TunnelState::from(t.status) == TunnelState::Up);
+        if !nsm_ip.unwrap_or_default().is_empty() && up {
+            self.0.insert(pod.to_owned(), answer.clone());
+        }
+    }
 }
 
 /// The next hops last pushed for one gateway, and to which router incarnation.
@@ -69,6 +118,7 @@ impl GatewayReconciler {
             sidecars,
             manager,
             pushed: Mutex::default(),
+            answers: Mutex::default(),
         }
     }
 
@@ -256,19 +306,54 @@ impl GatewayReconciler {
     }
 
     /// `gatewayPodStatus` entries of the Running gateway pods, and whether any is not ready yet.
-    /// The sidecars are asked at once: a pass costs one gRPC round trip, not one per pod.
+    /// The sidecars not answered completely within [`STATUS_TTL`] are asked at once: a pass costs
+    /// at most one gRPC round trip, not one per pod.
     async fn pod_status(&self, world: &World, gateway: &str) -> (Vec<GwPodInfo>, bool) {
-        let pods: Vec<(Option<String>, String)> = world
+        let now = Instant::now();
+        let pods: Vec<(Option<String>, String, String)> = world
             .gateway_pods(gateway)
             .iter()
-            .filter_map(|pod| Some((pod.metadata.name.clone(), pod_ip(pod)?)))
+            .filter_map(|pod| Some((pod.metadata.name.clone(), pod_ip(pod)?, incarnation(pod))))
             .collect();
-        let replies =
-            futures::future::join_all(pods.iter().map(|(_, ip)| self.sidecars.gateway_status(ip)))
-                .await;
-        let mut infos = Vec::with_capacity(pods.len());
+        let known = lock(&self.answers).remove(gateway).unwrap_or_default();
+        let replies = futures::future::join_all(pods.iter().map(|(name, ip, incarnation)| {
+            let standing = name
+                .as_deref()
+                .and_then(|name| known.standing(name, incarnation, ip, now))
+                .cloned();
+            async move {
+                match standing {
+                    Some(answer) => Ok(answer),
+                    None => self.sidecars.gateway_status(ip).await.map(|status| Answer {
+                        incarnation: incarnation.clone(),
+                        ip: ip.clone(),
+                        at: Instant::now(),
+                        status,
+                    }),
+                }
+            }
+        }))
+        .await;
+        let mut answers = Answers::default();
+        let replies: Vec<_> = pods
+            .into_iter()
+            .zip(replies)
+            .map(|((name, ip, _), reply)| {
+                let reply = reply.map(|answer| {
+                    if let Some(name) = &name {
+                        answers.keep(name, &answer);
+                    }
+                    answer.status
+                });
+                (name, ip, reply)
+            })
+            .collect();
+        if !answers.0.is_empty() {
+            lock(&self.answers).insert(gateway.to_owned(), answers);
+        }
+        let mut infos = Vec::with_capacity(replies.len());
         let mut unready = false;
-        for ((name, ip), reply) in pods.into_iter().zip(replies) {
+        for (name, ip, reply) in replies {
             let status = match reply {
                 Ok(status) => status,
                 Err(error) => {
@@ -301,5 +386,74 @@ impl GatewayReconciler {
             });
         }
         (infos, unready)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capstan_proto::sidecar::{NsmInterfaceStatus, TunnelInterfaceStatus};
+
+    fn answer(nsm_ip: &str, tunnel: TunnelState, at: Instant) -> Answer {
+        Answer {
+            incarnation: "uid-1/0".into(),
+            ip: "127.10.0.4".into(),
+            at,
+            status: GwPodStatus {
+                nsm_intf_status: Some(NsmInterfaceStatus {
+                    nsm_ip: nsm_ip.into(),
+                    ..NsmInterfaceStatus::default()
+                }),
+                tunnel_status: Some(TunnelInterfaceStatus {
+                    status: tunnel.code(),
+                    ..TunnelInterfaceStatus::default()
+                }),
+                ..GwPodStatus::default()
+            },
+        }
+    }
+
+    #[test]
+    fn a_complete_answer_stands_for_its_pod_incarnation_and_ip_until_the_ttl() {
+        let asked = Instant::now();
+        let mut answers = Answers::default();
+        answers.keep("gw-0", &answer("10.1.1.1", TunnelState::Up, asked));
+        let soon = asked + STATUS_TTL / 2;
+        assert!(
+            answers
+                .standing("gw-0", "uid-1/0", "127.10.0.4", soon)
+                .is_some()
+        );
+        // Another pod, a restarted container, a new IP, or the TTL over: ask again.
+        assert!(
+            answers
+                .standing("gw-1", "uid-1/0", "127.10.0.4", soon)
+                .is_none()
+        );
+        assert!(
+            answers
+                .standing("gw-0", "uid-1/1", "127.10.0.4", soon)
+                .is_none()
+        );
+        assert!(
+            answers
+                .standing("gw-0", "uid-1/0", "127.10.0.5", soon)
+                .is_none()
+        );
+        let late = asked + STATUS_TTL;
+        assert!(
+            answers
+                .standing("gw-0", "uid-1/0", "127.10.0.4", late)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn an_incomplete_answer_is_never_kept() {
+        let now = Instant::now();
+        let mut answers = Answers::default();
+        answers.keep("no-nsm-ip", &answer("", TunnelState::Up, now));
+        answers.keep("tunnel-down", &answer("10.1.1.1", TunnelState::Down, now));
+        assert!(answers.0.is_empty(), "{answers:?}");
     }
 }
