@@ -22,10 +22,10 @@ pub(super) fn sync(
         let ns = name(&ns).to_string();
         let key = (ns.clone(), String::new());
         let sa_key = (key.0.clone(), "default".to_string());
-        if cluster
+        // `contains`, not `get`: a pass looks at every namespace, and `get` decodes the object.
+        if !cluster
             .store
-            .get(&i.serviceaccounts.storage_key(), &sa_key)
-            .is_none()
+            .contains(&i.serviceaccounts.storage_key(), &sa_key)
         {
             let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
                             "metadata": {"name": "default", "namespace": ns}});
@@ -35,11 +35,7 @@ pub(super) fn sync(
             report.writes += 1;
         }
         let cm_key = (key.0, "kube-root-ca.crt".to_string());
-        if cluster
-            .store
-            .get(&i.configmaps.storage_key(), &cm_key)
-            .is_none()
-        {
+        if !cluster.store.contains(&i.configmaps.storage_key(), &cm_key) {
             let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": "kube-root-ca.crt", "namespace": ns,
                              "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
