@@ -173,6 +173,86 @@ fn collect(v: &Value, path: Path, lt: ListTypes<'_>, out: &mut FieldSet) {
     }
 }
 
+/// The leaf paths `new` sets (as [`fields_of`]), and those of them whose value `old` does not
+/// hold at the same path: one walk of both trees, each list item matched by its key as it goes,
+/// where looking every path up in both from the top parsed each item key back from JSON.
+fn fields_changed_from(old: &Value, new: &Value, lt: ListTypes<'_>) -> (FieldSet, FieldSet) {
+    let mut walk = ChangeWalk {
+        lt,
+        all: FieldSet::new(),
+        changed: FieldSet::new(),
+    };
+    if let Value::Object(m) = new {
+        for (k, v) in m {
+            match k.as_str() {
+                "apiVersion" | "kind" => {}
+                "metadata" => {
+                    for f in OWNED_METADATA {
+                        if let Some(v) = v.get(*f) {
+                            let path = vec![Seg::Field("metadata".into()), Seg::Field((*f).into())];
+                            walk.collect(old["metadata"].get(*f), v, path);
+                        }
+                    }
+                }
+                _ => walk.collect(old.get(k), v, vec![Seg::Field(k.clone())]),
+            }
+        }
+    }
+    (walk.all, walk.changed)
+}
+
+struct ChangeWalk<'a> {
+    lt: ListTypes<'a>,
+    all: FieldSet,
+    changed: FieldSet,
+}
+
+impl ChangeWalk<'_> {
+    /// Records `path` (the node `new`), changed unless `old` holds the same value there.
+    fn leaf(&mut self, old: Option<&Value>, new: &Value, path: Path) {
+        if old != Some(new) {
+            self.changed.insert(path.clone());
+        }
+        self.all.insert(path);
+    }
+
+    /// [`collect`] of `new`, with `old` the value at the same path in the old object.
+    fn collect(&mut self, old: Option<&Value>, new: &Value, path: Path) {
+        match new {
+            Value::Object(m) if !m.is_empty() => {
+                for (k, c) in m {
+                    let mut p = path.clone();
+                    p.push(Seg::Field(k.clone()));
+                    self.collect(old.and_then(|o| o.get(k)), c, p);
+                }
+            }
+            Value::Array(items) if !items.is_empty() => {
+                let old_items = old.and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+                match self.lt.of(&path, items) {
+                    ListType::Map(keys) => {
+                        for item in items {
+                            let mut p = path.clone();
+                            p.push(Seg::Key(key_json(&keys, item)));
+                            let old_item = old_items.iter().find(|o| same_key(&keys, o, item));
+                            self.leaf(old_item, item, p.clone());
+                            self.collect(old_item, item, p);
+                        }
+                    }
+                    ListType::Set => {
+                        for item in items {
+                            let mut p = path.clone();
+                            p.push(Seg::Val(item.to_string()));
+                            self.leaf(old_items.iter().find(|o| *o == item), item, p);
+                        }
+                    }
+                    ListType::Atomic => self.leaf(old, new, path),
+                }
+            }
+            _ => self.leaf(old, new, path),
+        }
+    }
+}
+
 /// The value at a path, if present.
 pub fn get_path<'a>(v: &'a Value, path: &[Seg]) -> Option<&'a Value> {
     let mut cur = v;
@@ -577,9 +657,9 @@ pub fn apply(
 
 /// Records ownership of the fields an ordinary write (create, update, patch) changed.
 pub fn track_update(old: Option<&Value>, new: &mut Value, w: &Writer<'_>, lt: ListTypes<'_>) {
-    let new_fields = fields_of(new, lt);
     let Some(old) = old else {
         // A new object: its writer owns every field it sets.
+        let new_fields = fields_of(new, lt);
         let mut entries = Vec::new();
         if !new_fields.is_empty() {
             entry_for(&mut entries, w, "Update").fields = new_fields;
@@ -588,11 +668,7 @@ pub fn track_update(old: Option<&Value>, new: &mut Value, w: &Writer<'_>, lt: Li
         return;
     };
     let mut entries = read_managed(old);
-    let changed: FieldSet = new_fields
-        .iter()
-        .filter(|p| get_path(old, p) != get_path(new, p))
-        .cloned()
-        .collect();
+    let (new_fields, changed) = fields_changed_from(old, new, lt);
     // Fields that no longer exist are owned by nobody.
     for e in entries.iter_mut() {
         e.fields
@@ -607,6 +683,84 @@ pub fn track_update(old: Option<&Value>, new: &mut Value, w: &Writer<'_>, lt: Li
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What [`fields_changed_from`] computes in one walk, the way it was computed before: every
+    /// leaf path of `new`, and those whose lookup from the top differs between the two objects.
+    fn changes_by_lookup(old: &Value, new: &Value, lt: ListTypes<'_>) -> (FieldSet, FieldSet) {
+        let all = fields_of(new, lt);
+        let changed = all
+            .iter()
+            .filter(|p| get_path(old, p) != get_path(new, p))
+            .cloned()
+            .collect();
+        (all, changed)
+    }
+
+    #[test]
+    fn the_one_walk_finds_the_changes_that_looking_each_path_up_finds() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"app": "a"}, "finalizers": ["x", "y"],
+                         "resourceVersion": "7"},
+            "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80}],
+                                     "args": ["--a", "1"]}]},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Ready", "status": "False"}],
+                "containerStatuses": [{"name": "c", "ready": false, "restartCount": 0}]}});
+        let mut running = pod.clone();
+        running["status"] = json!({"phase": "Running", "podIP": "127.10.0.2", "conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": "PodScheduled", "status": "True"}],
+            "containerStatuses": [{"name": "c", "ready": true, "restartCount": 0,
+                                   "state": {"running": {"startedAt": "now"}}}]});
+        let mut relabelled = pod.clone();
+        relabelled["metadata"]["labels"] = json!({"app": "b", "tier": "web"});
+        relabelled["metadata"]["finalizers"] = json!(["y", "z"]);
+        relabelled["spec"]["containers"][0]["args"] = json!(["--a", "2"]);
+        let mut emptied = pod.clone();
+        emptied["status"] = json!({});
+        emptied["spec"]["containers"] = json!([]);
+        let mut retyped = pod.clone();
+        retyped["status"]["conditions"] = json!("not a list");
+        retyped["spec"] = json!([1, 2]);
+        for (old, new) in [
+            (&pod, &pod),
+            (&pod, &running),
+            (&running, &pod),
+            (&pod, &relabelled),
+            (&pod, &emptied),
+            (&emptied, &pod),
+            (&pod, &retyped),
+            (&retyped, &pod),
+        ] {
+            let lt = ListTypes::builtin();
+            assert_eq!(
+                fields_changed_from(old, new, lt),
+                changes_by_lookup(old, new, lt),
+                "from {old} to {new}"
+            );
+        }
+        // A custom resource's own list types, from its schema.
+        let schema = json!({"properties": {"spec": {"properties": {
+            "ports": {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["port", "proto"],
+                      "items": {"properties": {"port": {}, "proto": {}, "name": {}}}},
+            "tags": {"x-kubernetes-list-type": "set"},
+            "steps": {}}}}});
+        let lt = ListTypes::from_schema(Some(&schema));
+        let a = json!({"spec": {"ports": [{"port": 1, "proto": "TCP", "name": "a"},
+                                          {"port": 1, "proto": "UDP", "name": "b"}],
+                                "tags": ["x", 1, {"k": "v"}], "steps": ["one", "two"]}});
+        let b = json!({"spec": {"ports": [{"port": 1, "proto": "UDP", "name": "c"},
+                                          {"port": 2, "proto": "TCP"}],
+                                "tags": [1, "y", {"k": "v"}], "steps": ["one"]}});
+        for (old, new) in [(&a, &b), (&b, &a), (&a, &a)] {
+            assert_eq!(
+                fields_changed_from(old, new, lt),
+                changes_by_lookup(old, new, lt),
+                "from {old} to {new}"
+            );
+        }
+    }
 
     fn writer(m: &str) -> Writer<'_> {
         Writer {
