@@ -226,7 +226,7 @@ impl Reconciler {
     /// `work` is boxed before anything else: a reconcile's state machine is several KiB (gw-recycler's
     /// 8 KiB, machineclass's 17 KiB), and an `async fn` holding it by value lays it out once
     /// as its argument, once inside its own body and once in the `Instrumented` wrapper, a
-    /// 26 KiB future that the caller and kube-runtime's runner then move (memcpy) several times
+    /// 25 KiB future that the caller and kube-runtime's runner then move (memcpy) several times
     /// per reconcile (perf: a quarter of gw-recycler's CPU under load). Boxed here, at the call,
     /// the future this returns is small and `work` is polled in place.
     pub fn reconcile<'a, T, E, Fut>(
