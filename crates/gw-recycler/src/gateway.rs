@@ -419,33 +419,23 @@ mod tests {
         let mut answers = Answers::default();
         answers.keep("gw-0", &answer("10.1.1.1", TunnelState::Up, asked));
         let soon = asked + STATUS_TTL / 2;
-        assert!(
-            answers
-                .standing("gw-0", "uid-1/0", "127.10.0.4", soon)
-                .is_some()
-        );
-        // Another pod, a restarted container, a new IP, or the TTL over: ask again.
-        assert!(
-            answers
-                .standing("gw-1", "uid-1/0", "127.10.0.4", soon)
-                .is_none()
-        );
-        assert!(
-            answers
-                .standing("gw-0", "uid-1/1", "127.10.0.4", soon)
-                .is_none()
-        );
-        assert!(
-            answers
-                .standing("gw-0", "uid-1/0", "127.10.0.5", soon)
-                .is_none()
-        );
         let late = asked + STATUS_TTL;
-        assert!(
-            answers
-                .standing("gw-0", "uid-1/0", "127.10.0.4", late)
-                .is_none()
-        );
+        // The same pod, incarnation and IP within the TTL stands; another pod, a restarted
+        // container, a new IP, or the TTL over: ask again.
+        let cases = [
+            ("gw-0", "uid-1/0", "127.10.0.4", soon, true),
+            ("gw-1", "uid-1/0", "127.10.0.4", soon, false),
+            ("gw-0", "uid-1/1", "127.10.0.4", soon, false),
+            ("gw-0", "uid-1/0", "127.10.0.5", soon, false),
+            ("gw-0", "uid-1/0", "127.10.0.4", late, false),
+        ];
+        for (pod, incarnation, ip, at, stands) in cases {
+            assert_eq!(
+                answers.standing(pod, incarnation, ip, at).is_some(),
+                stands,
+                "{pod} {incarnation} {ip}"
+            );
+        }
     }
 
     #[test]

@@ -112,9 +112,10 @@ fn same_key(keys: &[String], a: &Value, b: &Value) -> bool {
     keys.iter().all(|k| a[k] == b[k])
 }
 
-/// The leaf paths a value sets.
-pub fn fields_of(obj: &Value, lt: ListTypes<'_>) -> FieldSet {
-    let mut out = FieldSet::new();
+/// The top-level values an object's owners own, with their paths: every field but `apiVersion`
+/// and `kind`, and of `metadata` only [`OWNED_METADATA`].
+fn owned_roots(obj: &Value) -> Vec<(Path, &Value)> {
+    let mut roots = Vec::new();
     if let Value::Object(m) = obj {
         for (k, v) in m {
             match k.as_str() {
@@ -122,18 +123,23 @@ pub fn fields_of(obj: &Value, lt: ListTypes<'_>) -> FieldSet {
                 "metadata" => {
                     for f in OWNED_METADATA {
                         if let Some(v) = v.get(*f) {
-                            collect(
-                                v,
-                                vec![Seg::Field("metadata".into()), Seg::Field((*f).into())],
-                                lt,
-                                &mut out,
-                            );
+                            let path = vec![Seg::Field("metadata".into()), Seg::Field((*f).into())];
+                            roots.push((path, v));
                         }
                     }
                 }
-                _ => collect(v, vec![Seg::Field(k.clone())], lt, &mut out),
+                _ => roots.push((vec![Seg::Field(k.clone())], v)),
             }
         }
+    }
+    roots
+}
+
+/// The leaf paths a value sets.
+pub fn fields_of(obj: &Value, lt: ListTypes<'_>) -> FieldSet {
+    let mut out = FieldSet::new();
+    for (path, v) in owned_roots(obj) {
+        collect(v, path, lt, &mut out);
     }
     out
 }
@@ -182,21 +188,9 @@ fn fields_changed_from(old: &Value, new: &Value, lt: ListTypes<'_>) -> (FieldSet
         all: FieldSet::new(),
         changed: FieldSet::new(),
     };
-    if let Value::Object(m) = new {
-        for (k, v) in m {
-            match k.as_str() {
-                "apiVersion" | "kind" => {}
-                "metadata" => {
-                    for f in OWNED_METADATA {
-                        if let Some(v) = v.get(*f) {
-                            let path = vec![Seg::Field("metadata".into()), Seg::Field((*f).into())];
-                            walk.collect(old["metadata"].get(*f), v, path);
-                        }
-                    }
-                }
-                _ => walk.collect(old.get(k), v, vec![Seg::Field(k.clone())]),
-            }
-        }
+    for (path, v) in owned_roots(new) {
+        // A root path is fields only: a cheap lookup.
+        walk.collect(get_path(old, &path), v, path);
     }
     (walk.all, walk.changed)
 }
