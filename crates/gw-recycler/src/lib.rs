@@ -21,6 +21,7 @@ use capstan_runtime::controller::{
 };
 use capstan_runtime::leader::LeaderHandle;
 use capstan_runtime::metrics::ControllerMetrics;
+use capstan_runtime::own_writes;
 use capstan_runtime::shutdown::Shutdown;
 use futures::TryStreamExt;
 use gw_recycler_core::Timestamp;
@@ -204,10 +205,6 @@ pub const PROBE_RUNGS: Rungs = Rungs {
     max: Duration::from_secs(1),
 };
 
-/// A write stands in for the cached object for at most this long (the watch brings it back in
-/// milliseconds).
-const OWN_WRITES_TTL: Duration = Duration::from_secs(2);
-
 /// What the gateway reconciler waits for when a gateway pod's sidecar is not ready yet.
 const SIDECAR_READY: &str = "gateway_sidecar_ready";
 
@@ -332,22 +329,22 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
     let (recyclers, recycler_stream) = reflect_own_writes(
         Api::namespaced(w.hub.clone(), &hub_ns),
         watcher::Config::default(),
-        OWN_WRITES_TTL,
+        own_writes::DEFAULT_TTL,
     );
     let (gateways, gateway_stream) = reflect_own_writes(
         Api::<SliceGateway>::namespaced(w.worker.clone(), &ns),
         watcher::Config::default(),
-        OWN_WRITES_TTL,
+        own_writes::DEFAULT_TTL,
     );
     let (deployments, deployment_stream) = reflect_own_writes(
         Api::<Deployment>::namespaced(w.worker.clone(), &ns),
         gateway_deployments(),
-        OWN_WRITES_TTL,
+        own_writes::DEFAULT_TTL,
     );
     let (pods, pod_stream) = reflect_own_writes(
         Api::<Pod>::namespaced(w.worker.clone(), &ns),
         watcher::Config::default(),
-        OWN_WRITES_TTL,
+        own_writes::DEFAULT_TTL,
     );
     let gateway_nodes =
         watcher::Config::default().labels(&format!("{LABEL_NODE_TYPE}={NODE_TYPE_GATEWAY}"));

@@ -221,7 +221,10 @@ mod tests {
         for obj in objects {
             writer.apply_watcher_event(&watcher::Event::Apply(obj));
         }
-        Arc::new(OwnWrites::new(reader, std::time::Duration::from_secs(2)))
+        Arc::new(OwnWrites::new(
+            reader,
+            capstan_runtime::own_writes::DEFAULT_TTL,
+        ))
     }
 
     #[test]

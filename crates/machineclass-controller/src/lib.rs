@@ -35,7 +35,7 @@ use capstan_runtime::controller::{
 };
 use capstan_runtime::events::EventPublisher;
 use capstan_runtime::metrics::ControllerMetrics;
-use capstan_runtime::own_writes::OwnWrites;
+use capstan_runtime::own_writes::{self, OwnWrites};
 use capstan_runtime::shutdown::Shutdown;
 use capstan_runtime::sync::lock;
 use futures::{Stream, TryStreamExt};
@@ -223,9 +223,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
     let (machine_store, machine_writer) = reflector::store();
     let (class_store, class_writer) = reflector::store();
     let (secret_store, secret_stream) = reflect(secrets_api, watcher::Config::default());
-    // Written versions stand in for cached ones for at most this long (the watch brings them in
-    // milliseconds).
-    let own_writes_ttl = Duration::from_secs(2);
+    let own_writes_ttl = own_writes::DEFAULT_TTL;
     let own_machines = Arc::new(OwnWrites::new(machine_store.clone(), own_writes_ttl));
     let (own_nodes, node_stream) =
         reflect_own_writes(nodes_api, watcher::Config::default(), own_writes_ttl);

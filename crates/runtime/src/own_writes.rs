@@ -49,6 +49,11 @@ struct State<K> {
     deleted: HashMap<Key, Deleted>,
 }
 
+/// How long a write stands in for the cached object at most, for the controllers that have no
+/// reason to choose otherwise: the watch brings the written version back in milliseconds, and a
+/// stand-in that outlives a lost event only delays seeing a newer version by this long.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(2);
+
 /// A [`Store`] that also returns this process's own last writes until the watch brings them.
 pub struct OwnWrites<K: Resource<DynamicType = ()> + Clone + 'static> {
     store: Store<K>,
