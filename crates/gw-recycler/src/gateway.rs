@@ -71,20 +71,21 @@ impl Answers {
         })
     }
 
-    /// Keeps `answer` for `pod` when it is complete: an NSM IP and an UP tunnel, all the
-    /// reconciler waits for. An incomplete one is asked again on the next pass.
-    fn keep(&mut self, pod: &str, answer: &Answer) {
-        let nsm_ip = answer
-            .status
-            .nsm_intf_status
-            .as_ref()
-            .map(|n| n.nsm_ip.as_str());
-        let tunnel = answer.status.tunnel_status.as_ref();
-        let up = tunnel.is_some_and(|t| TunnelState::from(t.status) == TunnelState::Up);
-        if !nsm_ip.unwrap_or_default().is_empty() && up {
-            self.0.insert(pod.to_owned(), answer.clone());
+    /// Keeps `answer` for `pod` when it is [`complete`]; an incomplete one is asked again on the
+    /// next pass.
+    fn keep(&mut self, pod: &str, answer: Answer) {
+        if complete(&answer.status) {
+            self.0.insert(pod.to_owned(), answer);
         }
     }
+}
+
+/// Whether a sidecar's answer says all the reconciler waits for: an NSM IP and an UP tunnel, read
+/// as `gatewayPodStatus` publishes them (a missing field as its proto default, status 0 = UP).
+fn complete(status: &GwPodStatus) -> bool {
+    let nsm_ip = status.nsm_intf_status.as_ref().map(|n| n.nsm_ip.as_str());
+    let tunnel = status.tunnel_status.as_ref().map_or(0, |t| t.status);
+    !nsm_ip.unwrap_or_default().is_empty() && TunnelState::from(tunnel) == TunnelState::Up
 }
 
 /// The next hops last pushed for one gateway, and to which router incarnation.
@@ -335,27 +336,11 @@ impl GatewayReconciler {
         }))
         .await;
         let mut answers = Answers::default();
-        let replies: Vec<_> = pods
-            .into_iter()
-            .zip(replies)
-            .map(|((name, ip, _), reply)| {
-                let reply = reply.map(|answer| {
-                    if let Some(name) = &name {
-                        answers.keep(name, &answer);
-                    }
-                    answer.status
-                });
-                (name, ip, reply)
-            })
-            .collect();
-        if !answers.0.is_empty() {
-            lock(&self.answers).insert(gateway.to_owned(), answers);
-        }
-        let mut infos = Vec::with_capacity(replies.len());
+        let mut infos = Vec::with_capacity(pods.len());
         let mut unready = false;
-        for (name, ip, reply) in replies {
-            let status = match reply {
-                Ok(status) => status,
+        for ((name, ip, _), reply) in pods.into_iter().zip(replies) {
+            let answer = match reply {
+                Ok(answer) => answer,
                 Err(error) => {
                     tracing::debug!(%error, pod = ?name, "gateway sidecar not answering");
                     unready = true;
@@ -367,10 +352,13 @@ impl GatewayReconciler {
                     continue;
                 }
             };
+            unready |= !complete(&answer.status);
+            let status = answer.status.clone();
+            if let Some(name) = &name {
+                answers.keep(name, answer);
+            }
             let nsm_ip = status.nsm_intf_status.map(|n| n.nsm_ip).unwrap_or_default();
             let tunnel = status.tunnel_status.unwrap_or_default();
-            let state = TunnelState::from(tunnel.status);
-            unready |= nsm_ip.is_empty() || state != TunnelState::Up;
             infos.push(GwPodInfo {
                 pod_name: name,
                 pod_ip: Some(ip),
@@ -379,11 +367,14 @@ impl GatewayReconciler {
                     intf_name: Some(tunnel.net_interface),
                     local_ip: Some(tunnel.local_ip),
                     remote_ip: Some(tunnel.peer_ip),
-                    status: Some(state),
+                    status: Some(TunnelState::from(tunnel.status)),
                     ..TunnelStatus::default()
                 }),
                 ..GwPodInfo::default()
             });
+        }
+        if !answers.0.is_empty() {
+            lock(&self.answers).insert(gateway.to_owned(), answers);
         }
         (infos, unready)
     }
@@ -417,7 +408,7 @@ mod tests {
     fn a_complete_answer_stands_for_its_pod_incarnation_and_ip_until_the_ttl() {
         let asked = Instant::now();
         let mut answers = Answers::default();
-        answers.keep("gw-0", &answer("10.1.1.1", TunnelState::Up, asked));
+        answers.keep("gw-0", answer("10.1.1.1", TunnelState::Up, asked));
         let soon = asked + STATUS_TTL / 2;
         let late = asked + STATUS_TTL;
         // The same pod, incarnation and IP within the TTL stands; another pod, a restarted
@@ -442,8 +433,21 @@ mod tests {
     fn an_incomplete_answer_is_never_kept() {
         let now = Instant::now();
         let mut answers = Answers::default();
-        answers.keep("no-nsm-ip", &answer("", TunnelState::Up, now));
-        answers.keep("tunnel-down", &answer("10.1.1.1", TunnelState::Down, now));
+        answers.keep("no-nsm-ip", answer("", TunnelState::Up, now));
+        answers.keep("tunnel-down", answer("10.1.1.1", TunnelState::Down, now));
         assert!(answers.0.is_empty(), "{answers:?}");
+    }
+
+    #[test]
+    fn an_answer_is_complete_as_gateway_pod_status_would_publish_it() {
+        let now = Instant::now();
+        assert!(complete(&answer("10.1.1.1", TunnelState::Up, now).status));
+        // No tunnel status at all publishes the proto default, status 0 = UP.
+        let mut no_tunnel = answer("10.1.1.1", TunnelState::Down, now).status;
+        no_tunnel.tunnel_status = None;
+        assert!(complete(&no_tunnel));
+        let mut no_nsm = answer("10.1.1.1", TunnelState::Up, now).status;
+        no_nsm.nsm_intf_status = None;
+        assert!(!complete(&no_nsm));
     }
 }

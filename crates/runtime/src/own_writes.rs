@@ -160,11 +160,16 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<K> {
             reference.namespace.clone().unwrap_or_default(),
             reference.name.clone(),
         );
-        if self.hidden(&lock(&self.state), &k) {
-            return None;
+        {
+            let mut state = lock(&self.state);
+            if self.hidden(&state, &k) {
+                return None;
+            }
+            if let Some(written) = self.choose_in(&mut state, &k) {
+                return Some(written);
+            }
         }
-        let cached = self.store.get(reference);
-        self.choose(&k).or(cached)
+        self.store.get(reference)
     }
 
     /// Whether `k` is an object we deleted whose deletion the watch has not brought yet.
@@ -203,7 +208,11 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<K> {
     }
 
     fn choose(&self, k: &Key) -> Option<Arc<K>> {
-        let mut state = lock(&self.state);
+        self.choose_in(&mut lock(&self.state), k)
+    }
+
+    /// [`choose`](Self::choose) under a lock the caller holds.
+    fn choose_in(&self, state: &mut State<K>, k: &Key) -> Option<Arc<K>> {
         let stand_in = state.stand_ins.get(k)?;
         if stand_in.at.elapsed() < self.ttl {
             return Some(stand_in.written.clone());
