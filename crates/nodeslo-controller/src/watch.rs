@@ -6,10 +6,11 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, RwLock};
 
 use capstan_apis::slo::NodeSlo;
+use capstan_runtime::controller::watch_events;
 use capstan_runtime::sync::{read, write};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use nodeslo_core::{MergedConfig, NodeFacts, SloFacts};
 
@@ -19,7 +20,7 @@ use crate::projection::Projection;
 impl NodeSloController {
     pub(crate) async fn watch_nodes(self: Arc<Self>) {
         let api: Api<Node> = Api::all(self.client.clone());
-        let events = watcher(api, watcher::Config::default()).default_backoff();
+        let events = watch_events(api, watcher::Config::default());
         self.consume(
             events,
             &self.nodes,
@@ -31,7 +32,7 @@ impl NodeSloController {
 
     pub(crate) async fn watch_nodeslos(self: Arc<Self>) {
         let api: Api<NodeSlo> = Api::all(self.client.clone());
-        let events = watcher(api, watcher::Config::default()).default_backoff();
+        let events = watch_events(api, watcher::Config::default());
         self.consume(
             events,
             &self.slos,
@@ -58,7 +59,7 @@ impl NodeSloController {
                     self.enqueue(changed);
                     self.update_synced();
                 }
-                // default_backoff() retries; the error is worth a log line, not a crash.
+                // watch_events backs off and retries; the error is worth a log line, not a crash.
                 Err(error) => tracing::warn!(%error, "watch error, retrying"),
             }
         }
@@ -69,7 +70,7 @@ impl NodeSloController {
             Api::namespaced(self.client.clone(), &self.settings.config_namespace);
         let config = watcher::Config::default()
             .fields(&format!("metadata.name={}", self.settings.config_name));
-        let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+        let mut events = std::pin::pin!(watch_events(api, config));
         // The last good values of the previous run are what a bad key keeps.
         let stored = self.last_good.load().await;
         write(&self.config).current = Arc::new(nodeslo_core::last_good::restore(&stored));

@@ -20,6 +20,7 @@ pub mod events;
 pub mod http_trace;
 pub mod kube_errors;
 pub mod leader;
+pub mod lean;
 pub mod metrics;
 pub mod own_writes;
 pub mod service;
