@@ -115,6 +115,11 @@ pub struct Args {
     #[arg(long, env = "SIDECAR_TIMEOUT", default_value = "2s", value_parser = parse_positive_duration)]
     pub sidecar_timeout: Duration,
 
+    /// How often the sidecars of a SliceGateway's running pods are asked again with no event
+    /// (Go duration): a tunnel that goes DOWN leaves the router's next hops within about this long.
+    #[arg(long, env = "STATUS_INTERVAL", default_value = "10s", value_parser = parse_positive_duration)]
+    pub status_interval: Duration,
+
     /// Recycle a gateway whose node holds more gateway pods than its share
     /// (ceil(pods/nodes)) while more than one node is labelled `kubeslice.io/node-type=gateway`.
     #[arg(long, env = "REBALANCE")]
@@ -148,8 +153,9 @@ mod tests {
     }
 
     #[test]
-    fn a_zero_timeout_is_refused_naming_the_flag_and_zero_delays_are_kept() {
-        for flag in ["--step-timeout", "--sidecar-timeout"] {
+    fn a_zero_timeout_or_interval_is_refused_naming_the_flag_and_zero_delays_are_kept() {
+        // A zero status interval would ask the sidecars in a busy loop.
+        for flag in ["--step-timeout", "--sidecar-timeout", "--status-interval"] {
             let err = Args::try_parse_from(["gw-recycler", flag, "0s"])
                 .expect_err("a zero timeout fails every wait at once");
             assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);

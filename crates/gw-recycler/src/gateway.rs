@@ -41,6 +41,9 @@ pub struct GatewayReconciler {
     pub template: GatewayTemplate,
     pub sidecars: Sidecars,
     pub manager: String,
+    /// How often a gateway with running pods is passed over with no event: nothing announces a
+    /// tunnel going DOWN (or UP again) but the sidecar's answer.
+    pub status_interval: Duration,
     /// Per gateway, the router incarnation last pushed to and the next hops it got: pushed again
     /// when they change, to a new router pod or a restarted router container, or after a failed
     /// push. One entry per gateway, so routers coming and going leave nothing behind.
@@ -100,6 +103,9 @@ struct Pushed {
 pub struct Pass {
     /// A gateway pod's sidecar is not ready yet: re-check after a short backoff.
     pub unready: bool,
+    /// Pass again after this long though nothing changes (the gateway has running pods, whose
+    /// tunnels only their sidecars report).
+    pub recheck_after: Option<Duration>,
 }
 
 impl GatewayReconciler {
@@ -110,6 +116,7 @@ impl GatewayReconciler {
         template: GatewayTemplate,
         sidecars: Sidecars,
         manager: String,
+        status_interval: Duration,
     ) -> Self {
         Self {
             client,
@@ -118,6 +125,7 @@ impl GatewayReconciler {
             template,
             sidecars,
             manager,
+            status_interval,
             pushed: Mutex::default(),
             answers: Mutex::default(),
         }
@@ -165,7 +173,10 @@ impl GatewayReconciler {
                 })?;
         }
         pushed?;
-        Ok(Pass { unready })
+        Ok(Pass {
+            unready,
+            recheck_after: (!infos.is_empty()).then_some(self.status_interval),
+        })
     }
 
     /// Pushes the next hops `infos` and the pods' labels select to the slice router, when they

@@ -52,7 +52,7 @@ pub mod world;
 pub use cli::{Args, Command, Role};
 
 use crate::error::ReconcileError;
-use crate::gateway::{GatewayReconciler, Pass};
+use crate::gateway::GatewayReconciler;
 use crate::probe::{ProbeLadder, Rungs};
 use crate::recycler::Recycler;
 use crate::sidecars::Sidecars;
@@ -136,6 +136,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         },
         sidecars,
         SERVICE_NAME.to_owned(),
+        args.status_interval,
     );
     tracing::info!(role = ?args.role, rebalance = args.rebalance, "gw-recycler starting");
     let shutdown = binary.shutdown().clone();
@@ -272,11 +273,12 @@ async fn reconcile_gateway(
                     (ctx.wake_recycles)(vec![name.clone()]);
                 }
             };
-            let Pass { unready, .. } = ctx.gateways.reconcile(&ctx.world, &gateway, wake).await?;
+            let pass = ctx.gateways.reconcile(&ctx.world, &gateway, wake).await?;
             if ctx.rebalance {
                 rebalance::reconcile(&ctx.world, &ctx.recycler, &gateway).await?;
             }
-            Ok(ctx.next_check(target, unready.then_some(SIDECAR_READY), None, false))
+            let probing = pass.unready.then_some(SIDECAR_READY);
+            Ok(ctx.next_check(target, probing, pass.recheck_after, false))
         })
         .await
 }

@@ -252,8 +252,33 @@ impl HttpResponse {
 
 /// A minimal HTTP/1.1 GET (`Connection: close`), enough for admin endpoints in tests.
 pub async fn http_get(addr: SocketAddr, path: &str) -> Result<HttpResponse, TestingError> {
+    http_request(addr, "GET", path, None).await
+}
+
+/// A minimal HTTP/1.1 PUT of a JSON body (`Connection: close`), for admin endpoints that take one.
+pub async fn http_put_json(
+    addr: SocketAddr,
+    path: &str,
+    body: &serde_json::Value,
+) -> Result<HttpResponse, TestingError> {
+    http_request(addr, "PUT", path, Some(body.to_string())).await
+}
+
+async fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    json_body: Option<String>,
+) -> Result<HttpResponse, TestingError> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    match &json_body {
+        Some(body) => request.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )),
+        None => request.push_str("\r\n"),
+    }
     stream.write_all(request.as_bytes()).await?;
     let mut raw = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw))

@@ -1,0 +1,97 @@
+//! gw-recycler's slice gateway reconciler against live gateway sidecars: a tunnel that goes DOWN
+//! is announced by no API event, only by its sidecar's `GetStatus`. The real binary, asked again
+//! every `--status-interval`, takes that gateway pod out of the router's next hops and
+//! `gatewayPodStatus`, and puts it back when the tunnel comes UP again.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+
+use capstan_apis::networking::SliceGateway;
+use capstan_scenarios::slice::{NS, SERVER_GW, Testbed, WAIT, Worker};
+use capstan_testkit::eventually;
+use capstan_testkit::process::{http_get, http_put_json};
+use kube::api::Api;
+
+const SERVER_BEFORE: [&str; 2] = ["red-a-b-0-0", "red-a-b-1-0"];
+/// The memory gw-sidecar's admin route for its reported status (on the pod IP's admin port).
+const STATUS_PATH: &str = "/memory/gw/status";
+const ADMIN_PORT: u16 = 8080;
+
+/// The tunnel state `gatewayPodStatus` publishes for the pod at `pod_ip`.
+async fn published_tunnel_up(worker: &Worker, pod_ip: &str) -> Option<bool> {
+    let api: Api<SliceGateway> = Api::namespaced(worker.cluster.client.clone(), NS);
+    let gateway = api.get(SERVER_GW).await.ok()?;
+    let info = gateway
+        .gateway_pods()
+        .iter()
+        .find(|p| p.pod_ip.as_deref() == Some(pod_ip))?
+        .clone();
+    Some(info.tunnel_up())
+}
+
+/// Sets the `down` flag of the tunnel the memory gw-sidecar at `pod_ip` reports.
+async fn set_tunnel_down(pod_ip: &str, down: bool) {
+    let admin: SocketAddr = format!("{pod_ip}:{ADMIN_PORT}")
+        .parse()
+        .expect("admin address");
+    let current = http_get(admin, STATUS_PATH).await.expect("sidecar status");
+    assert_eq!(current.status, 200, "{}", current.body);
+    let mut status: serde_json::Value = serde_json::from_str(&current.body).expect("status json");
+    status["tunnel"]["down"] = serde_json::Value::Bool(down);
+    let put = http_put_json(admin, STATUS_PATH, &status)
+        .await
+        .expect("status replaced");
+    assert_eq!(put.status, 200, "{}", put.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_gone_down_leaves_the_router_next_hops_and_comes_back_when_up() {
+    let bed = Testbed::start(91).await;
+    let _recycler = bed
+        .server
+        .spawn_recycler(&bed.hub, &["--status-interval", "1s"])
+        .await;
+    let nsm = bed
+        .server
+        .wait_steady(&SERVER_BEFORE, &BTreeSet::new())
+        .await;
+    let pod_ip = bed
+        .server
+        .pod_ips_of(SERVER_BEFORE[0])
+        .await
+        .into_iter()
+        .next()
+        .expect("a pod of instance 0");
+    let down_nsm = bed.server.nsm_ips_of(SERVER_BEFORE[0]).await;
+    let down_nsm = down_nsm.iter().next().expect("instance 0's NSM IP").clone();
+    let other_nsm: Vec<&String> = nsm.iter().filter(|ip| **ip != down_nsm).collect();
+    assert_eq!(other_nsm.len(), 1, "two gateways, two NSM IPs: {nsm:?}");
+    assert_eq!(published_tunnel_up(&bed.server, &pod_ip).await, Some(true));
+
+    // DOWN: only the sidecar says so.
+    set_tunnel_down(&pod_ip, true).await;
+    eventually(
+        "the DOWN tunnel out of the router's next hops",
+        WAIT,
+        || async { (bed.server.routes_via(&down_nsm).await == Some(false)).then_some(()) },
+    )
+    .await;
+    assert_eq!(bed.server.routes_via(other_nsm[0]).await, Some(true));
+    eventually("gatewayPodStatus showing the tunnel DOWN", WAIT, || async {
+        (published_tunnel_up(&bed.server, &pod_ip).await == Some(false)).then_some(())
+    })
+    .await;
+
+    // UP again: routed again.
+    set_tunnel_down(&pod_ip, false).await;
+    eventually(
+        "the tunnel UP again back in the next hops",
+        WAIT,
+        || async { (bed.server.routes_via(&down_nsm).await == Some(true)).then_some(()) },
+    )
+    .await;
+    eventually("gatewayPodStatus showing the tunnel UP", WAIT, || async {
+        (published_tunnel_up(&bed.server, &pod_ip).await == Some(true)).then_some(())
+    })
+    .await;
+}
