@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use capstan_scenarios::slice::{
-    CLIENT_WRITES, HUB_NS, SERVER_WRITES, Testbed, WAIT, Worker, block_writes, deployments_created,
-    failed_writes, gateway_nsm_ip, route_present,
+    CLIENT_AFTER, CLIENT_BEFORE, CLIENT_WRITES, HUB_NS, SERVER_AFTER, SERVER_BEFORE, SERVER_WRITES,
+    Testbed, WAIT, Worker, block_writes, deployments_created, failed_writes, gateway_nsm_ip,
+    route_present,
 };
 use capstan_testkit::eventually;
 use capstan_testkit::process::{BinaryUnderTest, http_get};
@@ -37,10 +38,6 @@ const RESPONSES: [&str; 3] = [
     "routing_table_updated",
     "old_gw_deployment_deleted",
 ];
-const SERVER_BEFORE: [&str; 2] = ["red-a-b-0-0", "red-a-b-1-0"];
-const SERVER_AFTER: [&str; 2] = ["red-a-b-0-1", "red-a-b-1-0"];
-const CLIENT_BEFORE: [&str; 2] = ["red-b-a-0-0", "red-b-a-1-0"];
-const CLIENT_AFTER: [&str; 2] = ["red-b-a-0-1", "red-b-a-1-0"];
 const FAST: [&str; 4] = ["--drain-delay", "200ms", "--step-timeout", "90s"];
 
 /// Records every distinct `spec.state` written to the recycle of instance 0, from a watch.
@@ -221,8 +218,8 @@ async fn a_recycle_moves_both_routers_to_the_new_gateways_without_a_gap() {
     let server = bed.server.spawn_recycler(&bed.hub, &drain).await;
     let _client = bed.client.spawn_recycler(&bed.hub, &drain).await;
     let old = initial(&bed).await;
-    let old_server_0 = only(bed.server.nsm_ips_of("red-a-b-0-0").await);
-    let old_client_0 = only(bed.client.nsm_ips_of("red-b-a-0-0").await);
+    let old_server_0 = only(bed.server.nsm_ips_of(SERVER_BEFORE[0]).await);
+    let old_client_0 = only(bed.client.nsm_ips_of(CLIENT_BEFORE[0]).await);
 
     let states = record_states(&bed);
     let sampler = sample_routers(&bed, old_server_0.clone(), old_client_0.clone());

@@ -35,6 +35,12 @@ pub const NS: &str = "kubeslice-system";
 pub const SLICE: &str = "red";
 pub const SERVER_GW: &str = "red-a-b";
 pub const CLIENT_GW: &str = "red-b-a";
+/// Each worker's gateway deployments before a recycle of instance 0 and after it: the recycled
+/// instance's deployment flips from `-0` to `-1`, the other instance keeps its own.
+pub const SERVER_BEFORE: [&str; 2] = ["red-a-b-0-0", "red-a-b-1-0"];
+pub const SERVER_AFTER: [&str; 2] = ["red-a-b-0-1", "red-a-b-1-0"];
+pub const CLIENT_BEFORE: [&str; 2] = ["red-b-a-0-0", "red-b-a-1-0"];
+pub const CLIENT_AFTER: [&str; 2] = ["red-b-a-0-1", "red-b-a-1-0"];
 /// The image the gateway and router pods run (`--gateway-image`; tag ignored by kube-sim).
 pub const IMAGE: &str = "capstan-e2e/capstan:test";
 /// The slice router pod of each worker (the reference's label selects it).
