@@ -5,14 +5,14 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use capstan_apis::networking::SliceGateway;
-use capstan_scenarios::slice::{NS, SERVER_GW, Testbed, WAIT, Worker};
+use capstan_scenarios::slice::{NS, SERVER_BEFORE, SERVER_GW, Testbed, WAIT, Worker};
 use capstan_testkit::eventually;
 use capstan_testkit::process::{http_get, http_put_json};
 use kube::api::Api;
 
-const SERVER_BEFORE: [&str; 2] = ["red-a-b-0-0", "red-a-b-1-0"];
 /// The memory gw-sidecar's admin route for its reported status (on the pod IP's admin port).
 const STATUS_PATH: &str = "/memory/gw/status";
 const ADMIN_PORT: u16 = 8080;
@@ -21,12 +21,28 @@ const ADMIN_PORT: u16 = 8080;
 async fn published_tunnel_up(worker: &Worker, pod_ip: &str) -> Option<bool> {
     let api: Api<SliceGateway> = Api::namespaced(worker.cluster.client.clone(), NS);
     let gateway = api.get(SERVER_GW).await.ok()?;
-    let info = gateway
+    gateway
         .gateway_pods()
         .iter()
-        .find(|p| p.pod_ip.as_deref() == Some(pod_ip))?
-        .clone();
-    Some(info.tunnel_up())
+        .find(|p| p.pod_ip.as_deref() == Some(pod_ip))
+        .map(|p| p.tunnel_up())
+}
+
+/// How many `GetStatus` calls the gw-sidecar at `pod_ip` has started (its admin `/metrics`).
+async fn get_status_calls(pod_ip: &str) -> u64 {
+    let admin: SocketAddr = format!("{pod_ip}:{ADMIN_PORT}")
+        .parse()
+        .expect("admin address");
+    let metrics = http_get(admin, "/metrics").await.expect("sidecar metrics");
+    assert_eq!(metrics.status, 200, "{}", metrics.body);
+    metrics
+        .body
+        .lines()
+        .find(|l| {
+            l.starts_with("grpc_server_started_total") && l.contains(r#"grpc_method="GetStatus""#)
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Sets the `down` flag of the tunnel the memory gw-sidecar at `pod_ip` reports.
@@ -94,4 +110,42 @@ async fn a_tunnel_gone_down_leaves_the_router_next_hops_and_comes_back_when_up()
         (published_tunnel_up(&bed.server, &pod_ip).await == Some(true)).then_some(())
     })
     .await;
+}
+
+/// A tunnel that stays DOWN is not a pod coming up: once it has been DOWN for a status interval,
+/// its sidecar is asked every interval, not on the one-second rungs of the probe ladder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_that_stays_down_is_asked_every_status_interval() {
+    const INTERVAL: Duration = Duration::from_secs(3);
+    const WINDOW: Duration = Duration::from_secs(6);
+    let bed = Testbed::start(94).await;
+    let _recycler = bed
+        .server
+        .spawn_recycler(&bed.hub, &["--status-interval", "3s"])
+        .await;
+    bed.server
+        .wait_steady(&SERVER_BEFORE, &BTreeSet::new())
+        .await;
+    let pod_ip = bed
+        .server
+        .pod_ips_of(SERVER_BEFORE[0])
+        .await
+        .into_iter()
+        .next()
+        .expect("a pod of instance 0");
+    set_tunnel_down(&pod_ip, true).await;
+    eventually("gatewayPodStatus showing the tunnel DOWN", WAIT, || async {
+        (published_tunnel_up(&bed.server, &pod_ip).await == Some(false)).then_some(())
+    })
+    .await;
+    // Past the interval, the pod's wait is no longer young.
+    tokio::time::sleep(INTERVAL + Duration::from_millis(500)).await;
+    let before = get_status_calls(&pod_ip).await;
+    tokio::time::sleep(WINDOW).await;
+    let asked = get_status_calls(&pod_ip).await - before;
+    // Every 3 s over 6 s is 2 calls (3 at a window edge); the ladder's 1 s rungs would be 6.
+    assert!(
+        (1..=3).contains(&asked),
+        "a DOWN sidecar asked {asked} times in {WINDOW:?} with a {INTERVAL:?} status interval"
+    );
 }

@@ -48,7 +48,7 @@ pub struct GatewayReconciler {
     /// when they change, to a new router pod or a restarted router container, or after a failed
     /// push. One entry per gateway, so routers coming and going leave nothing behind.
     pushed: Mutex<HashMap<String, Pushed>>,
-    /// Per gateway, the complete sidecar answers of its pods (see [`STATUS_TTL`]).
+    /// Per gateway, the sidecar answers of its pods (see [`STATUS_TTL`]).
     answers: Mutex<HashMap<String, Answers>>,
 }
 
@@ -61,15 +61,19 @@ struct Answer {
     status: GwPodStatus,
 }
 
-/// One gateway's complete sidecar answers, by pod name.
+/// One gateway's sidecar answers: the complete ones by pod name, and since when each pod
+/// incarnation whose sidecar does not answer completely has been so.
 #[derive(Debug, Default)]
-struct Answers(HashMap<String, Answer>);
+struct Answers {
+    complete: HashMap<String, Answer>,
+    incomplete_since: HashMap<String, (String, Instant)>,
+}
 
 impl Answers {
     /// The answer that still stands for `pod` as it is now: the same incarnation at the same IP,
     /// asked less than [`STATUS_TTL`] ago.
     fn standing(&self, pod: &str, incarnation: &str, ip: &str, now: Instant) -> Option<&Answer> {
-        self.0.get(pod).filter(|a| {
+        self.complete.get(pod).filter(|a| {
             a.incarnation == incarnation && a.ip == ip && now.duration_since(a.at) < STATUS_TTL
         })
     }
@@ -78,8 +82,32 @@ impl Answers {
     /// next pass.
     fn keep(&mut self, pod: &str, answer: Answer) {
         if complete(&answer.status) {
-            self.0.insert(pod.to_owned(), answer);
+            self.complete.insert(pod.to_owned(), answer);
         }
+    }
+
+    /// Records that `pod`'s sidecar, in `incarnation`, did not answer completely at `now`; how
+    /// long it has not, carried over from the last pass's `known` answers while the incarnation
+    /// is the same.
+    fn incomplete(
+        &mut self,
+        known: &Answers,
+        pod: &str,
+        incarnation: &str,
+        now: Instant,
+    ) -> Duration {
+        let since = known
+            .incomplete_since
+            .get(pod)
+            .filter(|(seen, _)| seen == incarnation)
+            .map_or(now, |&(_, since)| since);
+        self.incomplete_since
+            .insert(pod.to_owned(), (incarnation.to_owned(), since));
+        now.saturating_duration_since(since)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.complete.is_empty() && self.incomplete_since.is_empty()
     }
 }
 
@@ -101,7 +129,9 @@ struct Pushed {
 /// What a pass left undone.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Pass {
-    /// A gateway pod's sidecar is not ready yet: re-check after a short backoff.
+    /// A gateway pod's sidecar is not ready yet, and has not been for less than the status
+    /// interval (a pod coming up): re-check after a short backoff. One unready for longer (a
+    /// tunnel that stays DOWN, a sidecar that stays away) is asked every status interval.
     pub unready: bool,
     /// Pass again after this long though nothing changes (the gateway has running pods, whose
     /// tunnels only their sidecars report).
@@ -349,12 +379,18 @@ impl GatewayReconciler {
         let mut answers = Answers::default();
         let mut infos = Vec::with_capacity(pods.len());
         let mut unready = false;
-        for ((name, ip, _), reply) in pods.into_iter().zip(replies) {
+        // Whether a pod's sidecar, not answering completely now, is worth a short backoff.
+        let waiting = |answers: &mut Answers, name: &Option<String>, incarnation: &str| {
+            name.as_deref().is_none_or(|name| {
+                answers.incomplete(&known, name, incarnation, now) < self.status_interval
+            })
+        };
+        for ((name, ip, incarnation), reply) in pods.into_iter().zip(replies) {
             let answer = match reply {
                 Ok(answer) => answer,
                 Err(error) => {
                     tracing::debug!(%error, pod = ?name, "gateway sidecar not answering");
-                    unready = true;
+                    unready |= waiting(&mut answers, &name, &incarnation);
                     infos.push(GwPodInfo {
                         pod_name: name,
                         pod_ip: Some(ip),
@@ -363,7 +399,9 @@ impl GatewayReconciler {
                     continue;
                 }
             };
-            unready |= !complete(&answer.status);
+            if !complete(&answer.status) {
+                unready |= waiting(&mut answers, &name, &incarnation);
+            }
             let status = answer.status.clone();
             if let Some(name) = &name {
                 answers.keep(name, answer);
@@ -384,7 +422,7 @@ impl GatewayReconciler {
                 ..GwPodInfo::default()
             });
         }
-        if !answers.0.is_empty() {
+        if !answers.is_empty() {
             lock(&self.answers).insert(gateway.to_owned(), answers);
         }
         (infos, unready)
@@ -446,7 +484,41 @@ mod tests {
         let mut answers = Answers::default();
         answers.keep("no-nsm-ip", answer("", TunnelState::Up, now));
         answers.keep("tunnel-down", answer("10.1.1.1", TunnelState::Down, now));
-        assert!(answers.0.is_empty(), "{answers:?}");
+        assert!(answers.complete.is_empty(), "{answers:?}");
+    }
+
+    #[test]
+    fn an_incomplete_sidecar_is_timed_from_its_incarnations_first_incomplete_answer() {
+        let first = Instant::now();
+        let later = first + Duration::from_secs(3);
+        let mut known = Answers::default();
+        assert_eq!(
+            known.incomplete(&Answers::default(), "gw-0", "uid-1/0", first),
+            Duration::ZERO
+        );
+        // The next pass carries the wait over for the same incarnation ...
+        let mut next = Answers::default();
+        assert_eq!(
+            next.incomplete(&known, "gw-0", "uid-1/0", later),
+            Duration::from_secs(3)
+        );
+        // ... a restarted container, or another pod, waits from now ...
+        assert_eq!(
+            next.incomplete(&known, "gw-0", "uid-1/1", later),
+            Duration::ZERO
+        );
+        assert_eq!(
+            next.incomplete(&known, "gw-1", "uid-2/0", later),
+            Duration::ZERO
+        );
+        // ... and a pass with a complete answer in between forgets the wait.
+        known = Answers::default();
+        known.keep("gw-0", answer("10.1.1.1", TunnelState::Up, later));
+        let mut after = Answers::default();
+        assert_eq!(
+            after.incomplete(&known, "gw-0", "uid-1/0", later),
+            Duration::ZERO
+        );
     }
 
     #[test]
