@@ -10,7 +10,7 @@ use std::time::Duration;
 use capstan_apis::networking::SliceGateway;
 use capstan_scenarios::slice::{NS, SERVER_BEFORE, SERVER_GW, Testbed, WAIT, Worker};
 use capstan_testkit::eventually;
-use capstan_testkit::process::{http_get, http_put_json};
+use capstan_testkit::process::{BinaryUnderTest, http_get, http_put_json};
 use kube::api::Api;
 
 /// The memory gw-sidecar's admin route for its reported status (on the pod IP's admin port).
@@ -60,12 +60,13 @@ async fn set_tunnel_down(pod_ip: &str, down: bool) {
     assert_eq!(put.status, 200, "{}", put.body);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tunnel_gone_down_leaves_the_router_next_hops_and_comes_back_when_up() {
-    let bed = Testbed::start(91).await;
-    let _recycler = bed
+/// The server worker's gateways steady under a gw-recycler asking every `interval`: the testbed,
+/// that recycler, the NSM IPs routed, and the pod IP of instance 0's gateway.
+async fn steady(octet: u8, interval: &str) -> (Testbed, BinaryUnderTest, BTreeSet<String>, String) {
+    let bed = Testbed::start(octet).await;
+    let recycler = bed
         .server
-        .spawn_recycler(&bed.hub, &["--status-interval", "1s"])
+        .spawn_recycler(&bed.hub, &["--status-interval", interval])
         .await;
     let nsm = bed
         .server
@@ -78,6 +79,24 @@ async fn a_tunnel_gone_down_leaves_the_router_next_hops_and_comes_back_when_up()
         .into_iter()
         .next()
         .expect("a pod of instance 0");
+    (bed, recycler, nsm, pod_ip)
+}
+
+/// Waits until `gatewayPodStatus` shows the tunnel of the pod at `pod_ip` UP (or DOWN).
+async fn wait_published(worker: &Worker, pod_ip: &str, up: bool) {
+    let what = format!(
+        "gatewayPodStatus showing the tunnel {}",
+        if up { "UP" } else { "DOWN" }
+    );
+    eventually(&what, WAIT, || async {
+        (published_tunnel_up(worker, pod_ip).await == Some(up)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_gone_down_leaves_the_router_next_hops_and_comes_back_when_up() {
+    let (bed, _recycler, nsm, pod_ip) = steady(91, "1s").await;
     let down_nsm = bed.server.nsm_ips_of(SERVER_BEFORE[0]).await;
     let down_nsm = down_nsm.iter().next().expect("instance 0's NSM IP").clone();
     let other_nsm: Vec<&String> = nsm.iter().filter(|ip| **ip != down_nsm).collect();
@@ -93,10 +112,7 @@ async fn a_tunnel_gone_down_leaves_the_router_next_hops_and_comes_back_when_up()
     )
     .await;
     assert_eq!(bed.server.routes_via(other_nsm[0]).await, Some(true));
-    eventually("gatewayPodStatus showing the tunnel DOWN", WAIT, || async {
-        (published_tunnel_up(&bed.server, &pod_ip).await == Some(false)).then_some(())
-    })
-    .await;
+    wait_published(&bed.server, &pod_ip, false).await;
 
     // UP again: routed again.
     set_tunnel_down(&pod_ip, false).await;
@@ -106,10 +122,7 @@ async fn a_tunnel_gone_down_leaves_the_router_next_hops_and_comes_back_when_up()
         || async { (bed.server.routes_via(&down_nsm).await == Some(true)).then_some(()) },
     )
     .await;
-    eventually("gatewayPodStatus showing the tunnel UP", WAIT, || async {
-        (published_tunnel_up(&bed.server, &pod_ip).await == Some(true)).then_some(())
-    })
-    .await;
+    wait_published(&bed.server, &pod_ip, true).await;
 }
 
 /// A tunnel that stays DOWN is not a pod coming up: once it has been DOWN for a status interval,
@@ -118,26 +131,9 @@ async fn a_tunnel_gone_down_leaves_the_router_next_hops_and_comes_back_when_up()
 async fn a_tunnel_that_stays_down_is_asked_every_status_interval() {
     const INTERVAL: Duration = Duration::from_secs(3);
     const WINDOW: Duration = Duration::from_secs(6);
-    let bed = Testbed::start(94).await;
-    let _recycler = bed
-        .server
-        .spawn_recycler(&bed.hub, &["--status-interval", "3s"])
-        .await;
-    bed.server
-        .wait_steady(&SERVER_BEFORE, &BTreeSet::new())
-        .await;
-    let pod_ip = bed
-        .server
-        .pod_ips_of(SERVER_BEFORE[0])
-        .await
-        .into_iter()
-        .next()
-        .expect("a pod of instance 0");
+    let (bed, _recycler, _, pod_ip) = steady(94, "3s").await;
     set_tunnel_down(&pod_ip, true).await;
-    eventually("gatewayPodStatus showing the tunnel DOWN", WAIT, || async {
-        (published_tunnel_up(&bed.server, &pod_ip).await == Some(false)).then_some(())
-    })
-    .await;
+    wait_published(&bed.server, &pod_ip, false).await;
     // Past the interval, the pod's wait is no longer young.
     tokio::time::sleep(INTERVAL + Duration::from_millis(500)).await;
     let before = get_status_calls(&pod_ip).await;

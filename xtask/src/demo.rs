@@ -73,6 +73,8 @@ pub(crate) struct Process {
     child: Child,
     pub log: PathBuf,
     pub admin: Option<SocketAddr>,
+    /// What the components list shows for a process without an admin endpoint.
+    pub about: Option<String>,
 }
 
 async fn run_async(args: &Args) -> Result<()> {
@@ -180,6 +182,7 @@ pub(crate) fn spawn_as(
         child,
         log,
         admin: None,
+        about: None,
     })
 }
 
@@ -395,11 +398,11 @@ fn print_guide(
         dir.display()
     );
     for p in processes {
-        let admin = p
-            .admin
-            .map(|a| format!("http://{a}/metrics"))
-            .unwrap_or_default();
-        println!("  {:<24} {admin}", p.name);
+        let shown = match (p.admin, &p.about) {
+            (Some(admin), _) => format!("http://{admin}/metrics"),
+            (None, about) => about.clone().unwrap_or_default(),
+        };
+        println!("  {:<24} {shown}", p.name);
     }
 }
 

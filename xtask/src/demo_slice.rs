@@ -206,6 +206,7 @@ async fn start_sim(
     let mut args = vec!["serve", "--addr", "127.0.0.1:0", "--kubeconfig-out", &out];
     args.extend_from_slice(extra);
     let mut process = spawn_as(bin_dir, dir, "kube-sim", &format!("kube-sim-{name}"), &args)?;
+    process.about = Some(format!("API server, kubeconfig {out}"));
     let client = wait_for_kubeconfig(kubeconfig, &mut process).await;
     slice.processes.push(process);
     let client = client?;
