@@ -398,10 +398,11 @@ fn print_guide(
         dir.display()
     );
     for p in processes {
-        let shown = match (p.admin, &p.about) {
-            (Some(admin), _) => format!("http://{admin}/metrics"),
-            (None, about) => about.clone().unwrap_or_default(),
-        };
+        let shown = p
+            .admin
+            .map(|a| format!("http://{a}/metrics"))
+            .or_else(|| p.about.clone())
+            .unwrap_or_default();
         println!("  {:<24} {shown}", p.name);
     }
 }

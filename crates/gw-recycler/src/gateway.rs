@@ -380,8 +380,8 @@ impl GatewayReconciler {
         let mut infos = Vec::with_capacity(pods.len());
         let mut unready = false;
         // Whether a pod's sidecar, not answering completely now, is worth a short backoff.
-        let waiting = |answers: &mut Answers, name: &Option<String>, incarnation: &str| {
-            name.as_deref().is_none_or(|name| {
+        let waiting = |answers: &mut Answers, name: Option<&str>, incarnation: &str| {
+            name.is_none_or(|name| {
                 answers.incomplete(&known, name, incarnation, now) < self.status_interval
             })
         };
@@ -390,7 +390,7 @@ impl GatewayReconciler {
                 Ok(answer) => answer,
                 Err(error) => {
                     tracing::debug!(%error, pod = ?name, "gateway sidecar not answering");
-                    unready |= waiting(&mut answers, &name, &incarnation);
+                    unready |= waiting(&mut answers, name.as_deref(), &incarnation);
                     infos.push(GwPodInfo {
                         pod_name: name,
                         pod_ip: Some(ip),
@@ -400,7 +400,7 @@ impl GatewayReconciler {
                 }
             };
             if !complete(&answer.status) {
-                unready |= waiting(&mut answers, &name, &incarnation);
+                unready |= waiting(&mut answers, name.as_deref(), &incarnation);
             }
             let status = answer.status.clone();
             if let Some(name) = &name {
