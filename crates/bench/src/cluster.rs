@@ -115,12 +115,21 @@ pub struct Controller {
 }
 
 impl Controller {
+    /// Starts `bin` with `args`; `CAPSTAN_BENCH_LOG_LEVEL` (e.g. `info,gw_recycler=debug`), when
+    /// set, replaces the `--log-level` given and shows the logs (stdout), for a timeline of a run.
     pub fn spawn(bin: &Path, args: &[&str]) -> Result<Self> {
+        let log_level = std::env::var("CAPSTAN_BENCH_LOG_LEVEL").ok();
+        let args = with_log_level(args, log_level.as_deref());
         let child = Command::new(bin)
-            .args(args)
+            .args(&args)
             .env_remove("KUBECONFIG")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            // Logs go to stdout: shown only when a log level was asked for.
+            .stdout(if log_level.is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
             .spawn()
@@ -131,6 +140,11 @@ impl Controller {
                 )
             })?;
         Ok(Self { child })
+    }
+
+    /// CPU time the process has used so far.
+    pub fn cpu_time(&self) -> Result<Duration> {
+        cpu_time(Some(self.child.id().context("controller already exited")?))
     }
 
     /// Peak resident set size in bytes (`VmHWM` of /proc/PID/status).
@@ -164,6 +178,62 @@ impl Controller {
     }
 }
 
+/// CPU time (user and system, every thread) a process has used: this one with `None`. From
+/// `/proc/PID/stat`, in USER_HZ ticks, which Linux fixes at 100 per second for that file.
+pub fn cpu_time(pid: Option<u32>) -> Result<Duration> {
+    let path = pid.map_or_else(
+        || "/proc/self/stat".to_string(),
+        |p| format!("/proc/{p}/stat"),
+    );
+    let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+    let after_name = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .context("no comm field")?;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // Fields 14 and 15 of the file (utime, stime) are the 12th and 13th after the name.
+    let ticks =
+        |i: usize| -> Result<u64> { Ok(fields.get(i).context("short stat line")?.parse::<u64>()?) };
+    Ok(Duration::from_millis((ticks(11)? + ticks(12)?) * 10))
+}
+
+/// CPU time every core of the machine has spent busy (user, nice, system, irq, softirq, steal),
+/// from the first line of `/proc/stat`, in USER_HZ ticks (100 per second). Counts every process:
+/// meaningful on a machine doing nothing but the bench.
+pub fn machine_busy() -> Result<Duration> {
+    let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+    let total = stat.lines().next().context("empty /proc/stat")?;
+    busy_ticks(total).map(|ticks| Duration::from_millis(ticks * 10))
+}
+
+/// The busy ticks of a `cpu  user nice system idle iowait irq softirq steal ...` line.
+fn busy_ticks(line: &str) -> Result<u64> {
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("unexpected /proc/stat line {line:?}"))?;
+    // idle (3) and iowait (4) are not busy; guest time is already inside user.
+    Ok([0, 1, 2, 5, 6, 7]
+        .iter()
+        .filter_map(|&i| fields.get(i))
+        .sum())
+}
+
+/// `args` with the value after `--log-level` replaced by `level`, when given.
+fn with_log_level<'a>(args: &[&'a str], level: Option<&'a str>) -> Vec<&'a str> {
+    let mut args = args.to_vec();
+    if let Some(level) = level
+        && let Some(at) = args.iter().position(|a| *a == "--log-level")
+        && at + 1 < args.len()
+    {
+        args[at + 1] = level;
+    }
+    args
+}
+
 /// The writes among `requests`, as `client verb resource[/subresource] xN`.
 pub fn by_write(requests: &RequestStats) -> String {
     let writes: Vec<String> = requests
@@ -180,4 +250,44 @@ pub fn by_write(requests: &RequestStats) -> String {
         })
         .collect();
     writes.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_log_level;
+
+    #[test]
+    fn this_process_has_a_cpu_time() {
+        // Spinning makes it grow within a few ticks; a reader stuck at one value never does.
+        let spent = super::cpu_time(None).expect("readable");
+        let started = std::time::Instant::now();
+        let mut now = spent;
+        while now == spent && started.elapsed() < std::time::Duration::from_secs(5) {
+            std::hint::black_box((0..10_000).sum::<u64>());
+            now = super::cpu_time(None).expect("readable");
+        }
+        assert!(now > spent, "CPU time stayed at {spent:?} while spinning");
+    }
+
+    #[test]
+    fn busy_ticks_leave_out_idle_and_iowait() {
+        let line = "cpu  100 5 30 9000 70 2 3 4 0 0";
+        assert_eq!(
+            super::busy_ticks(line).expect("parses"),
+            100 + 5 + 30 + 2 + 3 + 4
+        );
+        assert!(super::busy_ticks("cpu  x").is_err());
+        assert!(super::machine_busy().is_ok());
+    }
+
+    #[test]
+    fn a_log_level_from_the_environment_replaces_the_one_given() {
+        let args = ["--kubeconfig", "k", "--log-level", "warn"];
+        assert_eq!(
+            with_log_level(&args, Some("debug")),
+            ["--kubeconfig", "k", "--log-level", "debug"]
+        );
+        assert_eq!(with_log_level(&args, None), args);
+        assert_eq!(with_log_level(&["--x"], Some("debug")), ["--x"]);
+    }
 }

@@ -28,7 +28,9 @@ use kube_sim::accounting::RequestStats;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
-use crate::cluster::{Cluster, Controller, by_verb, by_write, for_each_concurrent, of_client};
+use crate::cluster::{
+    Cluster, Controller, by_verb, by_write, cpu_time, for_each_concurrent, of_client,
+};
 use crate::report::{Report, Samples, ScalePoint, Series, median, since};
 
 #[derive(clap::Args)]
@@ -49,7 +51,10 @@ pub struct Args {
     #[arg(long, default_value_t = 4)]
     class_concurrency: usize,
     /// Runs of the controller and of the floor per size (interleaved); times are their medians.
-    #[arg(long, default_value_t = 3)]
+    /// Five, not three: the floor's time varies by a quarter from run to run on a 2-core
+    /// machine (its first run also grows this process's heap), and a median of three moved
+    /// the ratio by as much.
+    #[arg(long, default_value_t = 5)]
     runs: usize,
 }
 
@@ -85,6 +90,21 @@ struct Run {
     /// Controller only: writes in 3 s of steady state, and peak RSS in bytes.
     steady_writes: u64,
     peak_rss: u64,
+    /// CPU used while converging: by this process (kube-sim and, for the floor, its client) and
+    /// by the controller process (zero for the floor). Their sum over the time says how busy the
+    /// machine's cores were, so a reader sees whether a run was bound by CPU or by waiting.
+    cpu: Duration,
+    controller_cpu: Duration,
+}
+
+impl Run {
+    fn describe(&self) -> String {
+        let busy = (self.cpu + self.controller_cpu).as_secs_f64() / self.time.as_secs_f64();
+        format!(
+            "{:.2?} (CPU: bench {:.2?}, controller {:.2?}; {busy:.2} cores busy)",
+            self.time, self.cpu, self.controller_cpu
+        )
+    }
 }
 
 /// The run whose time is the median (the upper middle one for an even count).
@@ -110,8 +130,17 @@ async fn run_size(bin_dir: &Path, args: &Args, machines: usize) -> Result<Report
             "machineclass bench: {} classes, {machines} machines, concurrency {}+{}, run {run}/{runs}",
             shape.classes, shape.concurrency, shape.class_concurrency
         );
-        floors.push(floor_run(&scratch, shape).await?);
-        controllers.push(controller_run(bin_dir, &scratch, shape).await?);
+        let (floor, controller) = (
+            floor_run(&scratch, shape).await?,
+            controller_run(bin_dir, &scratch, shape).await?,
+        );
+        eprintln!(
+            "machineclass bench: floor {}, controller {}",
+            floor.describe(),
+            controller.describe()
+        );
+        floors.push(floor);
+        controllers.push(controller);
     }
     let _ = std::fs::remove_dir_all(&scratch);
     let floor_time = median(&floors.iter().map(|r| r.time).collect::<Vec<_>>());
@@ -217,11 +246,12 @@ async fn floor_run(scratch: &Path, shape: Shape) -> Result<Run> {
     let writes_before = floor.writes();
     let requests_before = floor.sim.requests();
     let converged = wait_for_convergence(&floor, shape.classes, shape.machines);
-    let started = Instant::now();
+    let (started, cpu_before) = (Instant::now(), cpu_time(None)?);
     floor_writes(&client, shape).await?;
     let samples = converged.await.context("watch task")??;
     // Converged when the watch saw the last machine Running, as for the controller.
     let time = started.elapsed();
+    let cpu = cpu_time(None)? - cpu_before;
     Ok(Run {
         time,
         curve: since(started, samples),
@@ -229,6 +259,8 @@ async fn floor_run(scratch: &Path, shape: Shape) -> Result<Run> {
         requests: of_client(&floor.sim.requests().since(&requests_before), FLOOR_AGENT),
         steady_writes: 0,
         peak_rss: 0,
+        cpu,
+        controller_cpu: Duration::ZERO,
     })
 }
 
@@ -238,7 +270,7 @@ async fn controller_run(bin_dir: &Path, scratch: &Path, shape: Shape) -> Result<
     let writes_before = cluster.writes();
     let requests_before = cluster.sim.requests();
     let converged = wait_for_convergence(&cluster, shape.classes, shape.machines);
-    let started = Instant::now();
+    let (started, cpu_before) = (Instant::now(), cpu_time(None)?);
     let kubeconfig = cluster.kubeconfig.to_string_lossy().into_owned();
     let (machine_workers, class_workers) = (
         shape.concurrency.to_string(),
@@ -267,6 +299,7 @@ async fn controller_run(bin_dir: &Path, scratch: &Path, shape: Shape) -> Result<
     )?;
     let samples = converged.await.context("watch task")??;
     let time = started.elapsed();
+    let (cpu, controller_cpu) = (cpu_time(None)? - cpu_before, controller.cpu_time()?);
     let writes = cluster.writes() - writes_before;
     let requests = of_client(
         &cluster.sim.requests().since(&requests_before),
@@ -297,6 +330,8 @@ async fn controller_run(bin_dir: &Path, scratch: &Path, shape: Shape) -> Result<
         requests,
         steady_writes,
         peak_rss,
+        cpu,
+        controller_cpu,
     })
 }
 

@@ -29,7 +29,7 @@ mod floor;
 
 use kube_sim::accounting::RequestStats;
 
-use crate::cluster::{Cluster, Controller, bench_config, by_verb, of_client};
+use crate::cluster::{Cluster, Controller, bench_config, by_verb, machine_busy, of_client};
 use crate::report::{Report, median};
 use floor::Floor;
 
@@ -124,16 +124,22 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<Report> {
 
     let clusters = [&hub, &server, &client];
     let mut made = RequestStats::default();
-    let mut singles = Vec::new();
+    let (mut singles, mut single_cpu) = (Vec::new(), Vec::new());
     for k in 0..args.singles.max(1) {
         let instance = (k % args.instances as usize) as u32;
         let before = snapshot(&clusters);
         let took = recycle(&hub, &mut pairs[..], instance).await?;
         add_recycler_requests(&mut made, &clusters, &before);
-        eprintln!("recycler bench: single recycle {}: {took:.2?}", k + 1);
-        singles.push(took);
+        eprintln!(
+            "recycler bench: single recycle {}: {:.2?}, {} ms of CPU",
+            k + 1,
+            took.wall,
+            took.cpu.as_millis()
+        );
+        singles.push(took.wall);
+        single_cpu.push(took.cpu);
     }
-    let one = median(&singles);
+    let (one, one_cpu) = (median(&singles), median(&single_cpu));
 
     eprintln!("recycler bench: {} more pairs", args.pairs);
     let mut many: Vec<Pair> = (1..=args.pairs)
@@ -145,11 +151,15 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<Report> {
     add_gateways(&server, &client, &many).await?;
     wait_serving(&server, &client, &many, args.instances).await?;
     let before = snapshot(&clusters);
-    let concurrent = recycle(&hub, &mut many, 0).await?;
+    let Recycled {
+        wall: concurrent,
+        cpu: concurrent_cpu,
+    } = recycle(&hub, &mut many, 0).await?;
     add_recycler_requests(&mut made, &clusters, &before);
     eprintln!(
-        "recycler bench: {} pairs at once: {concurrent:.2?}",
-        args.pairs
+        "recycler bench: {} pairs at once: {concurrent:.2?}, {} ms of CPU",
+        args.pairs,
+        concurrent_cpu.as_millis()
     );
     for recycler in recyclers {
         recycler.stop().await?;
@@ -171,6 +181,41 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<Report> {
         concurrent,
         one,
         "<= 3x",
+    );
+    // What the machine allows: N recycles need N times one recycle's CPU, spread over its cores.
+    // Near 1x, N at once is bound by CPU alone (nothing waits on anything but a core).
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpu_bound = one_cpu * u32::try_from(args.pairs).unwrap_or(u32::MAX) / cores as u32;
+    report.ratio(
+        &format!("{} pairs at once vs their CPU bound", args.pairs),
+        concurrent,
+        cpu_bound,
+        "-",
+    );
+    if let Some(row) = report.rows.last_mut() {
+        row.note = format!(
+            "bound: {} x one recycle's CPU over {cores} cores; near 1x nothing waits but for a core",
+            args.pairs
+        );
+    }
+    report.row(
+        "CPU per recycle, every process (one alone)",
+        format!("{:.1} ms", one_cpu.as_secs_f64() * 1e3),
+        format!(
+            "median of the singles; machine-wide busy time (/proc/stat), {:.2} cores busy",
+            one_cpu.as_secs_f64() / one.as_secs_f64()
+        ),
+    );
+    report.row(
+        format!("CPU per recycle, every process ({} at once)", args.pairs),
+        format!(
+            "{:.1} ms",
+            concurrent_cpu.as_secs_f64() * 1e3 / args.pairs.max(1) as f64
+        ),
+        format!(
+            "{:.2} of {cores} cores busy while they ran",
+            concurrent_cpu.as_secs_f64() / concurrent.as_secs_f64()
+        ),
     );
     report.row(
         "single recycles",
@@ -407,9 +452,15 @@ fn running_ip(pod: &Pod) -> Option<String> {
         .flatten()
 }
 
-/// Recycles `instance` of every pair at once (the CRs a trigger creates) and returns the time
-/// from the first create until the last CR reads `end`.
-async fn recycle(hub: &Cluster, pairs: &mut [Pair], instance: u32) -> Result<Duration> {
+/// One round of recycles: the time from the first create until the last CR reads `end`, and the
+/// CPU every process of the machine spent meanwhile.
+struct Recycled {
+    wall: Duration,
+    cpu: Duration,
+}
+
+/// Recycles `instance` of every pair at once (the CRs a trigger creates).
+async fn recycle(hub: &Cluster, pairs: &mut [Pair], instance: u32) -> Result<Recycled> {
     let api: Api<WorkerSliceGwRecycler> = Api::namespaced(hub.client.clone(), HUB_NS);
     let mut crs = Vec::new();
     for pair in pairs.iter() {
@@ -434,10 +485,13 @@ async fn recycle(hub: &Cluster, pairs: &mut [Pair], instance: u32) -> Result<Dur
     let names: HashSet<String> = crs.iter().map(|cr| cr.name_any()).collect();
     let ended = wait_ended(api.clone(), names);
     let create = PostParams::default();
-    let started = Instant::now();
+    let (started, busy_before) = (Instant::now(), machine_busy()?);
     futures::future::try_join_all(crs.iter().map(|cr| api.create(&create, cr))).await?;
     let timelines = ended.await.context("recycle watch")??;
-    let took = started.elapsed();
+    let took = Recycled {
+        wall: started.elapsed(),
+        cpu: machine_busy()? - busy_before,
+    };
     eprintln!("recycler bench: {}", Timeline::summary(&timelines, started));
     for pair in pairs.iter_mut() {
         let generation = &mut pair.generations[instance as usize];

@@ -178,6 +178,24 @@ fn every_suite_runs_at_tiny_sizes_and_writes_json_and_svg_that_compare_reads() {
         "floor {floor} vs parts {sum}"
     );
     figure("recycler: 2 pairs recycled at once vs one recycle");
+    // The CPU bound of N at once: N times one recycle's CPU over the cores, in seconds; the
+    // machine-wide CPU per recycle is counted in 10 ms ticks, so a tiny run may count none.
+    let cpu_bound = figure("recycler: 2 pairs at once vs their CPU bound");
+    assert!(
+        cpu_bound["value"].as_f64().expect("time") > 0.0,
+        "{cpu_bound}"
+    );
+    assert!(
+        cpu_bound["floor"].as_f64().expect("bound") >= 0.0,
+        "{cpu_bound}"
+    );
+    for alone_or_not in ["one alone", "2 at once"] {
+        let cpu = figure(&format!(
+            "recycler: CPU per recycle, every process ({alone_or_not})"
+        ));
+        assert_eq!(cpu["unit"], "s", "{cpu}");
+        assert!(cpu["value"].as_f64().expect("cpu") >= 0.0, "{cpu}");
+    }
 
     // An SVG per controller suite, named in the output, that parses as XML with drawn lines.
     let svgs = files_with_extension(out.path(), "svg");
