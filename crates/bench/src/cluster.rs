@@ -198,28 +198,58 @@ pub fn cpu_time(pid: Option<u32>) -> Result<Duration> {
     Ok(Duration::from_millis((ticks(11)? + ticks(12)?) * 10))
 }
 
-/// CPU time every core of the machine has spent busy (user, nice, system, irq, softirq, steal),
-/// from the first line of `/proc/stat`, in USER_HZ ticks (100 per second). Counts every process:
-/// meaningful on a machine doing nothing but the bench.
-pub fn machine_busy() -> Result<Duration> {
-    let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
-    let total = stat.lines().next().context("empty /proc/stat")?;
-    busy_ticks(total).map(|ticks| Duration::from_millis(ticks * 10))
+/// The machine's CPU time by kind, summed over its cores, from the first line of `/proc/stat`
+/// (USER_HZ ticks, 100 per second). Counts every process: meaningful on a machine doing nothing
+/// but the bench.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MachineCpu {
+    /// Spent running anything: user, nice, system, irq, softirq.
+    pub busy: Duration,
+    /// Taken by the hypervisor for other guests while this one wanted to run.
+    pub stolen: Duration,
+    /// Every kind, idle included.
+    pub total: Duration,
 }
 
-/// The busy ticks of a `cpu  user nice system idle iowait irq softirq steal ...` line.
-fn busy_ticks(line: &str) -> Result<u64> {
-    let fields: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("unexpected /proc/stat line {line:?}"))?;
-    // idle (3) and iowait (4) are not busy; guest time is already inside user.
-    Ok([0, 1, 2, 5, 6, 7]
-        .iter()
-        .filter_map(|&i| fields.get(i))
-        .sum())
+impl MachineCpu {
+    pub fn now() -> Result<Self> {
+        let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+        Self::parse(stat.lines().next().context("empty /proc/stat")?)
+    }
+
+    /// A `cpu  user nice system idle iowait irq softirq steal ...` line (guest time is already
+    /// inside user).
+    fn parse(line: &str) -> Result<Self> {
+        let fields: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("unexpected /proc/stat line {line:?}"))?;
+        let ticks = |kinds: &[usize]| {
+            let sum: u64 = kinds.iter().filter_map(|&i| fields.get(i)).sum();
+            Duration::from_millis(sum * 10)
+        };
+        Ok(Self {
+            busy: ticks(&[0, 1, 2, 5, 6]),
+            stolen: ticks(&[7]),
+            total: ticks(&[0, 1, 2, 3, 4, 5, 6, 7]),
+        })
+    }
+
+    /// What was spent between `earlier` and this reading.
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            busy: self.busy.saturating_sub(earlier.busy),
+            stolen: self.stolen.saturating_sub(earlier.stolen),
+            total: self.total.saturating_sub(earlier.total),
+        }
+    }
+
+    /// The share of all CPU time the hypervisor took, in percent.
+    pub fn stolen_percent(&self) -> f64 {
+        100.0 * self.stolen.as_secs_f64() / self.total.as_secs_f64().max(f64::EPSILON)
+    }
 }
 
 /// `args` with the value after `--log-level` replaced by `level`, when given.
@@ -270,14 +300,19 @@ mod tests {
     }
 
     #[test]
-    fn busy_ticks_leave_out_idle_and_iowait() {
-        let line = "cpu  100 5 30 9000 70 2 3 4 0 0";
-        assert_eq!(
-            super::busy_ticks(line).expect("parses"),
-            100 + 5 + 30 + 2 + 3 + 4
-        );
-        assert!(super::busy_ticks("cpu  x").is_err());
-        assert!(super::machine_busy().is_ok());
+    fn machine_cpu_splits_busy_stolen_and_total_time() {
+        let line = "cpu  100 5 30 9000 70 2 3 40 0 0";
+        let cpu = super::MachineCpu::parse(line).expect("parses");
+        let ms = |ticks: u64| std::time::Duration::from_millis(ticks * 10);
+        assert_eq!(cpu.busy, ms(100 + 5 + 30 + 2 + 3));
+        assert_eq!(cpu.stolen, ms(40));
+        assert_eq!(cpu.total, ms(100 + 5 + 30 + 9000 + 70 + 2 + 3 + 40));
+        let later = super::MachineCpu::parse("cpu  200 5 30 9800 70 2 3 140 0 0").expect("parses");
+        let spent = later.since(&cpu);
+        assert_eq!(spent.busy, ms(100));
+        assert!((spent.stolen_percent() - 100.0 * 100.0 / 1000.0).abs() < 1e-9);
+        assert!(super::MachineCpu::parse("cpu  x").is_err());
+        assert!(super::MachineCpu::now().is_ok());
     }
 
     #[test]

@@ -210,22 +210,52 @@ async fn run(cli: &Cli) -> Result<Vec<(&'static str, Report)>> {
             for (index, (suite, tiny)) in TINY.iter().enumerate() {
                 eprintln!("[{}/{}] {suite}", index + 1, TINY.len());
                 let argv: &[&str] = if all.tiny { tiny } else { &[] };
-                let report = run_suite(bin_dir, suite, argv)
+                let report = with_stolen_cpu(run_suite(bin_dir, suite, argv))
                     .await
                     .with_context(|| format!("suite {suite}"))?;
                 reports.push((*suite, report));
             }
         }
-        Target::Machineclass(args) => {
-            reports.push(("machineclass", machineclass::run(bin_dir, args).await?))
+        Target::Machineclass(args) => reports.push((
+            "machineclass",
+            with_stolen_cpu(machineclass::run(bin_dir, args)).await?,
+        )),
+        Target::Nodeslo(args) => reports.push((
+            "nodeslo",
+            with_stolen_cpu(nodeslo::run(bin_dir, args)).await?,
+        )),
+        Target::KubeSim(args) => {
+            reports.push(("kube-sim", with_stolen_cpu(kube_sim::run(args)).await?))
         }
-        Target::Nodeslo(args) => reports.push(("nodeslo", nodeslo::run(bin_dir, args).await?)),
-        Target::KubeSim(args) => reports.push(("kube-sim", kube_sim::run(args).await?)),
-        Target::Sidecars(args) => reports.push(("sidecars", sidecars::run(args).await?)),
-        Target::Recycler(args) => reports.push(("recycler", recycler::run(bin_dir, args).await?)),
+        Target::Sidecars(args) => {
+            reports.push(("sidecars", with_stolen_cpu(sidecars::run(args)).await?))
+        }
+        Target::Recycler(args) => reports.push((
+            "recycler",
+            with_stolen_cpu(recycler::run(bin_dir, args)).await?,
+        )),
         Target::Compare { .. } | Target::KubeSimMemory { .. } => {}
     }
     Ok(reports)
+}
+
+/// Runs a suite and adds a row with the share of the machine's CPU time the hypervisor took for
+/// other guests meanwhile: on a shared virtual machine it slows the floor and the subject
+/// unevenly, so a suite whose share is high says its ratios are less sure.
+async fn with_stolen_cpu(suite: impl Future<Output = Result<Report>>) -> Result<Report> {
+    let before = cluster::MachineCpu::now()?;
+    let mut report = suite.await?;
+    let spent = cluster::MachineCpu::now()?.since(&before);
+    report.row(
+        "CPU stolen by the hypervisor",
+        format!("{:.1} %", spent.stolen_percent()),
+        format!(
+            "of {:.0?} of CPU time over every core during the suite (/proc/stat); above a few \
+             percent the ratios move with it",
+            spent.total
+        ),
+    );
+    Ok(report)
 }
 
 async fn run_suite(bin_dir: &Path, suite: &str, argv: &[&str]) -> Result<Report> {

@@ -178,6 +178,19 @@ fn every_suite_runs_at_tiny_sizes_and_writes_json_and_svg_that_compare_reads() {
         "floor {floor} vs parts {sum}"
     );
     figure("recycler: 2 pairs recycled at once vs one recycle");
+    // Every suite says how much CPU the hypervisor took meanwhile.
+    for suite in [
+        "kube-sim",
+        "nodeslo",
+        "machineclass",
+        "sidecars",
+        "recycler",
+    ] {
+        let stolen = figure(&format!("{suite}: CPU stolen by the hypervisor"));
+        assert_eq!(stolen["unit"], "%", "{stolen}");
+        let percent = stolen["value"].as_f64().expect("percent");
+        assert!((0.0..=100.0).contains(&percent), "{stolen}");
+    }
     // The CPU bound of N at once: N times one recycle's CPU over the cores, in seconds; the
     // machine-wide CPU per recycle is counted in 10 ms ticks, so a tiny run may count none.
     let cpu_bound = figure("recycler: 2 pairs at once vs their CPU bound");
