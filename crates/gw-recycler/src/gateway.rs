@@ -301,7 +301,11 @@ impl GatewayReconciler {
         }
         for dep in wanted {
             let deployment = self.template.deployment(&self.namespace, name, slice, &dep);
-            match api.create(&PostParams::default(), &deployment).await {
+            // Through the store, so the next pass sees the deployment before its watch event
+            // does and does not create it again (a 409 under load, before this went through it).
+            let params = PostParams::default();
+            let create = api.create(&params, &deployment);
+            match world.deployments.write(&deployment, create).await {
                 Ok(_) => tracing::info!(deployment = %dep, "gateway deployment created"),
                 Err(e) if is_conflict(&e) => {}
                 Err(source) => {

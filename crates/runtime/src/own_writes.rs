@@ -185,26 +185,40 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<K> {
         self.choose(&key(&*cached)).unwrap_or(cached)
     }
 
-    /// Every cached object, our own writes standing in for theirs: the scans' view.
+    /// Every cached object, our own writes standing in for theirs, and the objects this process
+    /// created that the watch has not brought yet: the scans' view.
     pub fn state(&self) -> Vec<Arc<K>> {
         let cached = self.store.state();
         let state = lock(&self.state);
         if state.stand_ins.is_empty() && state.deleted.is_empty() {
             return cached;
         }
-        cached
+        let live = |stand_in: &&StandIn<K>| stand_in.at.elapsed() < self.ttl;
+        let mut seen = std::collections::HashSet::with_capacity(cached.len());
+        let mut scan: Vec<Arc<K>> = cached
             .into_iter()
             .filter_map(|obj| {
                 let k = key(&*obj);
                 if self.hidden(&state, &k) {
                     return None;
                 }
-                Some(match state.stand_ins.get(&k) {
-                    Some(stand_in) if stand_in.at.elapsed() < self.ttl => stand_in.written.clone(),
-                    _ => obj,
-                })
+                let shown = match state.stand_ins.get(&k).filter(live) {
+                    Some(stand_in) => stand_in.written.clone(),
+                    None => obj,
+                };
+                seen.insert(k);
+                Some(shown)
             })
-            .collect()
+            .collect();
+        // A create of ours stands in before the cache has any version of the object.
+        scan.extend(
+            state
+                .stand_ins
+                .iter()
+                .filter(|(k, stand_in)| !seen.contains(*k) && live(stand_in))
+                .map(|(_, stand_in)| stand_in.written.clone()),
+        );
+        scan
     }
 
     fn choose(&self, k: &Key) -> Option<Arc<K>> {
@@ -362,6 +376,44 @@ mod tests {
         fn a(&self) -> String {
             rv(self.own.get(&ObjectRef::new("a").within("ns")))
         }
+    }
+
+    #[tokio::test]
+    async fn a_create_is_in_the_scans_until_the_watch_brings_it() {
+        let cache = Cache::new(Duration::from_secs(60));
+        cache.apply("b", "3");
+        let names = |cache: &Cache| -> Vec<String> {
+            let mut names: Vec<String> = cache
+                .own
+                .state()
+                .iter()
+                .map(|o| {
+                    format!(
+                        "{}@{}",
+                        o.metadata.name.clone().unwrap_or_default(),
+                        rv(Some(o.clone()))
+                    )
+                })
+                .collect();
+            names.sort();
+            names
+        };
+        // `a` is created by this process: not cached yet, in the scans all the same.
+        cache.write("7", &[]).await;
+        assert_eq!(names(&cache), ["a@7", "b@3"]);
+        cache.apply("a", "7");
+        assert_eq!(
+            names(&cache),
+            ["a@7", "b@3"],
+            "listed once when the watch brings it"
+        );
+        let short = Cache::new(Duration::from_millis(1));
+        short.write("7", &[]).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(
+            names(&short).is_empty(),
+            "a create the watch never brought expires"
+        );
     }
 
     #[tokio::test]
