@@ -1,9 +1,10 @@
 //! Wiring of the `gw-recycler` binary; `main.rs` only parses flags ([`cli`]) and calls
-//! [`main_with`]. One process per worker cluster, two kube-runtime controllers on the controller
-//! kit of `capstan-runtime`: the slice gateway reconciler ([`gateway`], plus [`rebalance`]) over
-//! the worker's SliceGateways, and the recycler ([`recycler`]) over the hub's
-//! WorkerSliceGwRecyclers, playing the server or client side of each. `gw-recycler trigger`
-//! starts a recycle ([`trigger`]). The decisions live in `gw-recycler-core`.
+//! [`main_with`]. One process per worker cluster, two controllers on the kit of
+//! `capstan-runtime`, each a `runner::Runner` (its hand-offs are a recycle's critical path): the
+//! slice gateway reconciler ([`gateway`], plus [`rebalance`]) over the worker's SliceGateways, and
+//! the recycler ([`recycler`]) over the hub's WorkerSliceGwRecyclers, playing the server or
+//! client side of each. `gw-recycler trigger` starts a recycle ([`trigger`]). The decisions live
+//! in `gw-recycler-core`.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -17,18 +18,18 @@ use capstan_apis::worker::WorkerSliceGwRecycler;
 use capstan_runtime::backoff::BackoffConfig;
 use capstan_runtime::cli::CommonArgs;
 use capstan_runtime::controller::{
-    Binary, Gates, Reconciler, RetryPolicy, Target, drive, reflect, reflect_own_writes,
+    Binary, Gates, Reconciler, RetryPolicy, Target, reflect, reflect_own_writes,
 };
 use capstan_runtime::leader::LeaderHandle;
 use capstan_runtime::metrics::ControllerMetrics;
 use capstan_runtime::own_writes;
+use capstan_runtime::runner::{Next, Runner};
 use capstan_runtime::shutdown::Shutdown;
 use futures::TryStreamExt;
 use gw_recycler_core::Timestamp;
 use gw_recycler_core::decide::Timing;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -209,6 +210,11 @@ pub const PROBE_RUNGS: Rungs = Rungs {
 /// What the gateway reconciler waits for when a gateway pod's sidecar is not ready yet.
 const SIDECAR_READY: &str = "gateway_sidecar_ready";
 
+/// Objects each controller reconciles at once (one reconcile per object at a time): a
+/// reconcile mostly waits on API or gRPC round trips, and 20 recycles at once touch 20 recycles
+/// and 20 gateways per process.
+const WORKERS: usize = 32;
+
 /// Retries of failed reconciles: a conflict soon (the watch brings the newer object), anything
 /// else (API or sidecar errors) backing off per object from 100 ms to 2 s, since a recycle is
 /// waiting on it.
@@ -225,9 +231,9 @@ pub const RETRY: RetryPolicy = RetryPolicy {
 impl Context {
     /// `Some(park)` while this replica must not write: caches not yet synced, or not the leader
     /// (the kit reconciles everything again when either turns true).
-    fn hold_writes(&self) -> Option<Action> {
+    fn hold_writes(&self) -> Option<Next> {
         let writable = self.caches_ready.load(Ordering::Acquire) && self.leader.is_leader();
-        (!writable).then(Action::await_change)
+        (!writable).then_some(Next::AwaitChange)
     }
 
     /// When to look at `target` again: at the next rung of its probe ladder while it waits on a
@@ -239,7 +245,7 @@ impl Context {
         probing: Option<&'static str>,
         recheck_after: Option<Duration>,
         progressed: bool,
-    ) -> Action {
+    ) -> Next {
         let key = format!(
             "{}/{}/{}",
             target.kind,
@@ -251,8 +257,8 @@ impl Context {
         }
         let probe = probing.map(|on| self.probes.next_delay(&key, on, Instant::now()));
         match probe.into_iter().chain(recheck_after).min() {
-            Some(after) => Action::requeue(after),
-            None => Action::await_change(),
+            Some(after) => Next::Requeue(after),
+            None => Next::AwaitChange,
         }
     }
 }
@@ -260,7 +266,7 @@ impl Context {
 async fn reconcile_gateway(
     gateway: Arc<SliceGateway>,
     ctx: Arc<Context>,
-) -> Result<Action, ReconcileError> {
+) -> Result<Next, ReconcileError> {
     let gateway = ctx.world.gateways.freshest(gateway);
     let target = Target::of("SliceGateway", &*gateway);
     ctx.reconciler
@@ -286,7 +292,7 @@ async fn reconcile_gateway(
 async fn reconcile_recycler(
     cr: Arc<WorkerSliceGwRecycler>,
     ctx: Arc<Context>,
-) -> Result<Action, ReconcileError> {
+) -> Result<Next, ReconcileError> {
     let cr = ctx.world.recyclers.freshest(cr);
     let target = Target::of("WorkerSliceGwRecycler", &*cr);
     ctx.reconciler
@@ -315,8 +321,12 @@ fn error_policy<K: Resource<DynamicType = ()>>(
     object: Arc<K>,
     error: &ReconcileError,
     ctx: Arc<Context>,
-) -> Action {
-    ctx.reconciler.requeue_object_after_error(&*object, error)
+) -> Next {
+    let kind = K::kind(&());
+    Next::Requeue(
+        ctx.reconciler
+            .retry_after(Target::of(&kind, &*object), error),
+    )
 }
 
 /// The two controllers for the process lifetime: SliceGateways on the worker (their gateway
@@ -421,11 +431,9 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
     let dep_ref = gateway_ref.clone();
     let pod_ref = gateway_ref.clone();
     let pod_world = world.clone();
-    let mut gateway_controller = gates
-        .apply(Controller::for_stream(
-            gateway_stream,
-            gateways.store().clone(),
-        ))
+    let mut gateway_controller = Runner::new(gateways.store().clone())
+        .gated(&gates)
+        .for_stream(gateway_stream)
         .reconcile_on(UnboundedReceiverStream::new(gateway_rx))
         .watches_stream(deployment_stream, move |d: Deployment| {
             label(&d, LABEL_SLICEGW).map(&dep_ref)
@@ -447,14 +455,13 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
                 .collect::<Vec<_>>()
         });
     }
-    let gateway_controller = gateway_controller.run(reconcile_gateway, error_policy, ctx.clone());
-    let recycler_controller = gates
-        .apply(Controller::for_stream(
-            recycler_stream,
-            recyclers.store().clone(),
-        ))
+    let gateway_controller =
+        gateway_controller.run(WORKERS, reconcile_gateway, error_policy, ctx.clone());
+    let recycler_controller = Runner::new(recyclers.store().clone())
+        .gated(&gates)
+        .for_stream(recycler_stream)
         .reconcile_on(UnboundedReceiverStream::new(recycler_rx))
-        .run(reconcile_recycler, error_policy, ctx.clone());
+        .run(WORKERS, reconcile_recycler, error_policy, ctx.clone());
 
     let sync = async move {
         match world.ready().await {
@@ -469,7 +476,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         futures::future::pending::<()>().await;
     };
     tokio::select! {
-        _ = futures::future::join(drive(gateway_controller), drive(recycler_controller)) => {}
+        _ = futures::future::join(gateway_controller, recycler_controller) => {}
         () = sync => {}
         () = gates.shutdown_before_sync() => tracing::info!("shutdown before the caches synced"),
     }

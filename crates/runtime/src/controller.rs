@@ -7,8 +7,8 @@
 //!   namespace, name, outcome, trace id), times it, labels its failure, and decides the retry
 //!   ([`Reconciler::requeue_after_error`]: a conflict retries soon, anything else backs off per
 //!   object).
-//! - [`Gates`]: gates a kube-runtime `Controller` on shutdown and reconciles everything again
-//!   when leadership is gained or the caches have synced.
+//! - [`Gates`]: gates a kube-runtime `Controller` (or a [`crate::runner::Runner`]) on shutdown
+//!   and reconciles everything again when leadership is gained or the caches have synced.
 
 use std::fmt::Display;
 use std::future::Future;

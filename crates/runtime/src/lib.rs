@@ -2,7 +2,8 @@
 //! Prometheus metrics ([`metrics`]), the admin HTTP server with `/metrics`, `/livez` and `/readyz`
 //! ([`admin`]), per-object retry backoff ([`backoff`]), leader election on a Lease ([`leader`]) and
 //! graceful shutdown ([`shutdown`], [`service`]), and a keyed work queue for controllers whose
-//! reconcile key is not one cached object ([`workqueue`]). The controller kit ([`controller`])
+//! reconcile key is not one cached object ([`workqueue`]), with a controller loop on it for
+//! controllers whose hand-offs are on a latency path ([`runner`]). The controller kit ([`controller`])
 //! puts them together for every binary, with traced API and gRPC requests ([`http_trace`]),
 //! Events ([`events`]), API error questions ([`kube_errors`]) and poison-tolerant locks ([`sync`]).
 //!
@@ -23,6 +24,7 @@ pub mod leader;
 pub mod lean;
 pub mod metrics;
 pub mod own_writes;
+pub mod runner;
 pub mod service;
 pub mod shutdown;
 pub mod sync;

@@ -75,7 +75,14 @@ impl<K: Hash + Eq + Clone> WorkQueue<K> {
         let mut state = self.lock();
         state.add(key);
         drop(state);
-        self.wake.notify_waiters();
+        self.wake_one();
+    }
+
+    /// Wakes one idle worker, or the next to look if none is idle: one key needs one worker, and
+    /// waking them all cost every idle worker a pass over the lock per key. A worker always reads
+    /// the queue before it waits, and a woken `Notified` that is dropped hands its wake-up on.
+    fn wake_one(&self) {
+        self.wake.notify_one();
     }
 
     /// Queues `key` after `delay`, unless it is queued sooner by another call.
@@ -94,7 +101,8 @@ impl<K: Hash + Eq + Clone> WorkQueue<K> {
             .and_modify(|t| *t = (*t).min(at))
             .or_insert(at);
         drop(state);
-        self.wake.notify_waiters();
+        // One idle worker recomputes the earliest deadline.
+        self.wake_one();
     }
 
     /// Waits for the next key; `None` once the queue is shut down. Call [`WorkQueue::done`] after.
@@ -133,11 +141,14 @@ impl<K: Hash + Eq + Clone> WorkQueue<K> {
     pub fn done(&self, key: &K) {
         let mut state = self.lock();
         state.processing.remove(key);
-        if state.dirty.contains(key) {
+        let again = state.dirty.contains(key);
+        if again {
             state.queue.push_back(key.clone());
         }
         drop(state);
-        self.wake.notify_waiters();
+        if again {
+            self.wake_one();
+        }
     }
 
     /// Stops handing out work: pending and delayed keys are dropped, [`WorkQueue::get`] returns `None`.
