@@ -240,6 +240,15 @@ mod tests {
     }
 
     impl Recorder {
+        /// A recorder answering `next` for each name (an error for any other).
+        fn answering(next: &[(&str, Next)]) -> Arc<Self> {
+            let rec = Self::default();
+            *rec.next.lock().expect("lock") = next
+                .iter()
+                .map(|(n, next)| ((*n).to_owned(), *next))
+                .collect();
+            Arc::new(rec)
+        }
         fn names(&self) -> Vec<String> {
             self.seen
                 .lock()
@@ -286,23 +295,31 @@ mod tests {
         tx
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_trigger_is_reconciled_without_waiting_for_a_clock_tick() {
-        let (store, _writer) = cached(&["a"]);
-        let rec = Arc::new(Recorder::default());
-        rec.next
-            .lock()
-            .expect("lock")
-            .insert("a".into(), Next::AwaitChange);
-        let tx = spawn(store, rec.clone(), never_retry);
-        // Off the millisecond grid, where a timer-wheel scheduler rounds up.
+    /// With the clock paused off the millisecond grid (where a timer-wheel scheduler rounds up),
+    /// how far the clock moved between sending `a` and its first reconcile: the paused clock moves
+    /// only when every task waits on a timer.
+    async fn clock_moved_before_reconcile(
+        tx: &mpsc::UnboundedSender<ObjectRef<ConfigMap>>,
+        rec: &Recorder,
+    ) -> Duration {
         tokio::time::advance(Duration::from_micros(300)).await;
         let sent = Instant::now();
         tx.send(key("a")).expect("open");
         rec.wait_for(1).await;
-        // The paused clock moves only when every task waits on a timer.
         let (_, at) = rec.seen.lock().expect("lock")[0];
-        assert_eq!(at, sent, "reconciled at the very instant it was asked for");
+        at - sent
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trigger_is_reconciled_without_waiting_for_a_clock_tick() {
+        let (store, _writer) = cached(&["a"]);
+        let rec = Recorder::answering(&[("a", Next::AwaitChange)]);
+        let tx = spawn(store, rec.clone(), never_retry);
+        assert_eq!(
+            clock_moved_before_reconcile(&tx, &rec).await,
+            Duration::ZERO,
+            "reconciled at the very instant it was asked for"
+        );
     }
 
     /// Why this runner exists: the same trigger through kube-runtime's `Controller` waits for
@@ -310,11 +327,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn kube_runtimes_controller_waits_for_a_clock_tick() {
         let (store, _writer) = cached(&["a"]);
-        let rec = Arc::new(Recorder::default());
-        rec.next
-            .lock()
-            .expect("lock")
-            .insert("a".into(), Next::AwaitChange);
+        let rec = Recorder::answering(&[("a", Next::AwaitChange)]);
         let (tx, rx) = mpsc::unbounded_channel();
         let triggers = tokio_stream::wrappers::UnboundedReceiverStream::new(rx)
             .map(Ok::<_, std::convert::Infallible>);
@@ -333,13 +346,8 @@ mod tests {
             kube::runtime::controller::Config::default(),
         );
         tokio::spawn(controller.for_each(|_| futures::future::ready(())));
-        tokio::time::advance(Duration::from_micros(300)).await;
-        let sent = Instant::now();
-        tx.send(key("a")).expect("open");
-        rec.wait_for(1).await;
-        let (_, at) = rec.seen.lock().expect("lock")[0];
         assert!(
-            at > sent,
+            clock_moved_before_reconcile(&tx, &rec).await > Duration::ZERO,
             "kube-runtime's scheduler reconciled at once: drop this runner?"
         );
     }
@@ -347,15 +355,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_requeue_comes_after_its_delay_and_await_change_never() {
         let (store, _writer) = cached(&["a", "b"]);
-        let rec = Arc::new(Recorder::default());
-        rec.next
-            .lock()
-            .expect("lock")
-            .insert("a".into(), Next::Requeue(Duration::from_secs(5)));
-        rec.next
-            .lock()
-            .expect("lock")
-            .insert("b".into(), Next::AwaitChange);
+        let rec = Recorder::answering(&[
+            ("a", Next::Requeue(Duration::from_secs(5))),
+            ("b", Next::AwaitChange),
+        ]);
         let tx = spawn(store, rec.clone(), never_retry);
         let start = Instant::now();
         tx.send(key("a")).expect("open");
@@ -382,7 +385,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_failed_reconcile_is_requeued_as_the_error_policy_says() {
         let (store, _writer) = cached(&["a"]);
-        let rec = Arc::new(Recorder::default());
+        let rec = Recorder::answering(&[]);
         fn retry_soon(_: Arc<ConfigMap>, _: &std::io::Error, _: Arc<Recorder>) -> Next {
             Next::Requeue(Duration::from_millis(100))
         }
@@ -401,11 +404,7 @@ mod tests {
     #[tokio::test]
     async fn a_key_not_cached_is_skipped_and_triggers_meanwhile_make_one_more_pass() {
         let (store, _writer) = cached(&["a"]);
-        let rec = Arc::new(Recorder::default());
-        rec.next
-            .lock()
-            .expect("lock")
-            .insert("a".into(), Next::AwaitChange);
+        let rec = Recorder::answering(&[("a", Next::AwaitChange)]);
         let gate = Arc::new(tokio::sync::Semaphore::new(0));
         let (tx, rx) = mpsc::unbounded_channel();
         let runner = Runner::new(store)
@@ -442,13 +441,11 @@ mod tests {
     #[tokio::test]
     async fn opening_gates_reconcile_everything_and_shutdown_ends_the_run() {
         let (store, _writer) = cached(&["a", "b", "c"]);
-        let rec = Arc::new(Recorder::default());
-        for name in ["a", "b", "c"] {
-            rec.next
-                .lock()
-                .expect("lock")
-                .insert(name.into(), Next::AwaitChange);
-        }
+        let rec = Recorder::answering(&[
+            ("a", Next::AwaitChange),
+            ("b", Next::AwaitChange),
+            ("c", Next::AwaitChange),
+        ]);
         let (synced_tx, synced_rx) = tokio::sync::watch::channel(false);
         let shutdown = Shutdown::new();
         let gates = Gates {
