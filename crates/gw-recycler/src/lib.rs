@@ -322,11 +322,7 @@ fn error_policy<K: Resource<DynamicType = ()>>(
     error: &ReconcileError,
     ctx: Arc<Context>,
 ) -> Next {
-    let kind = K::kind(&());
-    Next::Requeue(
-        ctx.reconciler
-            .retry_after(Target::of(&kind, &*object), error),
-    )
+    ctx.reconciler.next_after_error(&*object, error)
 }
 
 /// The two controllers for the process lifetime: SliceGateways on the worker (their gateway

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use capstan_apis::machine::{FINALIZER_MCM, MachineClass};
 use capstan_runtime::controller::Target;
 use capstan_runtime::events::Event;
+use capstan_runtime::runner::Next;
 use capstan_runtime::sync::lock;
 use kube::Resource;
-use kube::runtime::controller::Action;
 use machineclass_core::class::{ClassAction, decide_class};
 use machineclass_core::meta::{finalizers_with, finalizers_without};
 
@@ -16,14 +16,14 @@ use crate::context::{Context, key};
 use crate::error::Error;
 use crate::io::patch_finalizers;
 
-pub async fn reconcile(class: Arc<MachineClass>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(class: Arc<MachineClass>, ctx: Arc<Context>) -> Result<Next, Error> {
     let target = Target::of("MachineClass", &*class);
     ctx.reconciler
         .reconcile(target, reconcile_inner(&class, &ctx))
         .await
 }
 
-async fn reconcile_inner(class: &MachineClass, ctx: &Context) -> Result<Action, Error> {
+async fn reconcile_inner(class: &MachineClass, ctx: &Context) -> Result<Next, Error> {
     if let Some(hold) = ctx.hold_writes() {
         return Ok(hold);
     }
@@ -45,7 +45,7 @@ async fn reconcile_inner(class: &MachineClass, ctx: &Context) -> Result<Action, 
             if changed {
                 ctx.enqueue_machines_of(&class_key);
             }
-            Ok(Action::requeue(ctx.retry.long))
+            Ok(Next::Requeue(ctx.retry.long))
         }
         ClassAction::DeletionBlocked { machines } => {
             let message = ClassAction::blocked_message(machines);
@@ -69,7 +69,7 @@ async fn reconcile_inner(class: &MachineClass, ctx: &Context) -> Result<Action, 
             }
             lock(&ctx.class_versions).remove(&class_key);
             lock(&ctx.blocked_classes).remove(&class_key);
-            Ok(Action::requeue(ctx.retry.long))
+            Ok(Next::Requeue(ctx.retry.long))
         }
     }
 }

@@ -9,9 +9,9 @@ use capstan_runtime::controller::Reconciler;
 use capstan_runtime::events::{Event, EventPublisher};
 use capstan_runtime::leader::LeaderHandle;
 use capstan_runtime::own_writes::OwnWrites;
+use capstan_runtime::runner::Next;
 use capstan_runtime::sync::lock;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Secret};
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource};
 use machine_driver::Driver;
@@ -63,13 +63,13 @@ pub fn split_key(key: &str) -> (&str, &str) {
 }
 
 /// The standard error policy of the three controllers (see
-/// [`Reconciler::requeue_object_after_error`]): a conflict retries soon, anything else backs off.
+/// [`Reconciler::next_after_error`]): a conflict retries soon, anything else backs off.
 pub fn error_policy<K: Resource<DynamicType = ()>>(
     object: Arc<K>,
     error: &crate::error::Error,
     ctx: Arc<Context>,
-) -> Action {
-    ctx.reconciler.requeue_object_after_error(&*object, error)
+) -> Next {
+    ctx.reconciler.next_after_error(&*object, error)
 }
 
 impl Context {
@@ -90,13 +90,13 @@ impl Context {
     }
 
     /// `Some(requeue)` while this replica must not write: caches not yet synced, or not the leader.
-    pub fn hold_writes(&self) -> Option<Action> {
+    pub fn hold_writes(&self) -> Option<Next> {
         // Parked until the caches sync (or the lease is gained): both reconcile everything again.
         if !self.caches_ready.load(Ordering::Acquire) {
-            return Some(Action::await_change());
+            return Some(Next::AwaitChange);
         }
         // A standby replica parks every object; gaining the lease reconciles them all again.
-        (!self.leader.is_leader()).then(Action::await_change)
+        (!self.leader.is_leader()).then_some(Next::AwaitChange)
     }
 
     /// Publishes an Event on `reference`; failures are logged, never fatal.

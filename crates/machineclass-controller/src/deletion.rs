@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use capstan_apis::machine::{Code, FINALIZER_MCM, FINALIZER_NODE, Machine};
+use capstan_runtime::runner::Next;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams};
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use machine_driver::MachineRequest;
 use machineclass_core::deletion::{
@@ -42,9 +42,9 @@ enum StepOutcome {
 }
 
 /// Runs the deletion flow from the recorded step as far as it goes in one pass.
-pub async fn run(original: &Machine, ctx: &Context) -> Result<Action, Error> {
+pub async fn run(original: &Machine, ctx: &Context) -> Result<Next, Error> {
     if !has_finalizer(&original.metadata, FINALIZER_MCM) {
-        return Ok(Action::await_change());
+        return Ok(Next::AwaitChange);
     }
     let name = original.metadata.name.clone().unwrap_or_default();
     let mut machine = original.clone();
@@ -54,17 +54,17 @@ pub async fn run(original: &Machine, ctx: &Context) -> Result<Action, Error> {
         match run_step(ctx, &machine, step).await? {
             StepOutcome::Finished => {
                 tracing::info!(machine = %name, "machine deleted");
-                return Ok(Action::await_change());
+                return Ok(Next::AwaitChange);
             }
             StepOutcome::Retry { after, status } => {
                 if let Some(change) = status {
                     apply_change(ctx, &machine, &change).await?;
                 }
-                return Ok(Action::requeue(after));
+                return Ok(Next::Requeue(after));
             }
             StepOutcome::Done(what) => {
                 let Some(next) = step.next() else {
-                    return Ok(Action::await_change());
+                    return Ok(Next::AwaitChange);
                 };
                 let change = record_step(next, what.as_deref());
                 if let Some(updated) = apply_change(ctx, &machine, &change).await? {

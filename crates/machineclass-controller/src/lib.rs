@@ -31,16 +31,16 @@ use anyhow::Context as _;
 use capstan_apis::machine::{Machine, MachineClass, NODE_LABEL_MACHINE_NAME};
 use capstan_runtime::backoff::BackoffConfig;
 use capstan_runtime::controller::{
-    Binary, Gates, Reconciler, RetryPolicy, drive, reflect, reflect_own_writes, watch_events,
+    Binary, Gates, Reconciler, RetryPolicy, reflect, reflect_own_writes, watch_events,
 };
 use capstan_runtime::events::EventPublisher;
 use capstan_runtime::metrics::ControllerMetrics;
 use capstan_runtime::own_writes::{self, OwnWrites};
+use capstan_runtime::runner::Runner;
 use capstan_runtime::shutdown::Shutdown;
 use capstan_runtime::sync::lock;
 use futures::{Stream, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Secret};
-use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -294,16 +294,10 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         caches_synced: synced_rx,
         shutdown: w.shutdown.clone(),
     };
-    let machine_config = ControllerConfig::default().concurrency(w.machine_concurrency);
-    let class_config = ControllerConfig::default().concurrency(w.class_concurrency);
-
     let machine_ns = ns.clone();
-    let machines = gates
-        .apply(Controller::for_stream(
-            machine_stream,
-            machine_store.clone(),
-        ))
-        .with_config(machine_config)
+    let machines = Runner::new(machine_store.clone())
+        .gated(&gates)
+        .for_stream(machine_stream)
         .watches_stream(node_stream, move |node: Node| {
             node.metadata
                 .labels
@@ -312,17 +306,23 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
                 .map(|m| ObjectRef::new(m).within(&machine_ns))
         })
         .reconcile_on(UnboundedReceiverStream::new(machine_rx))
-        .run(machine::reconcile, error_policy, ctx.clone());
-    let classes = gates
-        .apply(Controller::for_stream(class_stream, class_store.clone()))
-        .with_config(class_config.clone())
+        .run(
+            w.machine_concurrency.into(),
+            machine::reconcile,
+            error_policy,
+            ctx.clone(),
+        );
+    let class_workers = w.class_concurrency.into();
+    let classes = Runner::new(class_store.clone())
+        .gated(&gates)
+        .for_stream(class_stream)
         .reconcile_on(UnboundedReceiverStream::new(class_rx))
-        .run(class::reconcile, error_policy, ctx.clone());
-    let secrets = gates
-        .apply(Controller::for_stream(secret_stream, secret_store.clone()))
-        .with_config(class_config)
+        .run(class_workers, class::reconcile, error_policy, ctx.clone());
+    let secrets = Runner::new(secret_store.clone())
+        .gated(&gates)
+        .for_stream(secret_stream)
         .reconcile_on(UnboundedReceiverStream::new(secret_rx))
-        .run(secret::reconcile, error_policy, ctx.clone());
+        .run(class_workers, secret::reconcile, error_policy, ctx.clone());
 
     let mcm_metrics = w.mcm_metrics;
     let metrics_store = machine_store.clone();
@@ -348,7 +348,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
     };
     // The readiness/metrics loop never ends; the controllers end after a shutdown request.
     tokio::select! {
-        _ = futures::future::join3(drive(machines), drive(classes), drive(secrets)) => {}
+        _ = futures::future::join3(machines, classes, secrets) => {}
         () = readiness => {}
         () = gates.shutdown_before_sync() => tracing::info!("shutdown before the caches synced"),
     }

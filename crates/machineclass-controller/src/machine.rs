@@ -12,9 +12,9 @@ use capstan_apis::machine::{
 use capstan_runtime::controller::Target;
 use capstan_runtime::events::Event;
 use capstan_runtime::kube_errors::is_not_found;
+use capstan_runtime::runner::Next;
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use machine_driver::{DriverError, MachineInfo, MachineRequest};
@@ -41,7 +41,7 @@ use crate::io::{patch_finalizers, write_machine_status};
 /// lastOperation description after a successful CreateMachine (MCM's wording).
 pub const CREATING: &str = "Creating machine on cloud provider";
 
-pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Next, Error> {
     // A Node's event may come before the echo of this process's last write to the Machine.
     let machine = ctx.own_machines.freshest(machine);
     // The kit boxes this state machine (about 17 KiB) before it is moved anywhere.
@@ -104,7 +104,7 @@ pub(crate) async fn apply_change(
     }
 }
 
-async fn live(original: &Machine, ctx: &Context) -> Result<Action, Error> {
+async fn live(original: &Machine, ctx: &Context) -> Result<Next, Error> {
     let api = ctx.machines_api();
     let namespace = original.metadata.namespace.clone().unwrap_or_default();
     let mut machine = original.clone();
@@ -134,7 +134,7 @@ async fn live(original: &Machine, ctx: &Context) -> Result<Action, Error> {
     if !has_finalizer(&class.metadata, FINALIZER_MCM) {
         // The class reconcile adds it; come back shortly.
         let _ = ctx.class_triggers.send(ObjectRef::from_obj(&*class));
-        return Ok(Action::requeue(ctx.retry.short));
+        return Ok(Next::Requeue(ctx.retry.short));
     }
     let problems = validate_class(&class);
     if !problems.is_empty() {
@@ -151,7 +151,7 @@ async fn live(original: &Machine, ctx: &Context) -> Result<Action, Error> {
     let mut requeue = ctx.retry.long;
     if machine.node_name().is_some() && machine.phase().is_some() {
         match health_and_node(ctx, &machine, &class, &timeouts).await? {
-            HealthOutcome::MachineDeleted => return Ok(Action::await_change()),
+            HealthOutcome::MachineDeleted => return Ok(Next::AwaitChange),
             HealthOutcome::Checked {
                 machine: updated,
                 recheck,
@@ -179,7 +179,7 @@ async fn live(original: &Machine, ctx: &Context) -> Result<Action, Error> {
         };
         return create_flow(ctx, &machine, request, &timeouts).await;
     }
-    Ok(Action::requeue(requeue))
+    Ok(Next::Requeue(requeue))
 }
 
 /// Reports bad input on the Machine: a Warning Event and lastOperation Failed (written and
@@ -189,7 +189,7 @@ async fn report_invalid(
     machine: &Machine,
     message: String,
     retry: std::time::Duration,
-) -> Result<Action, Error> {
+) -> Result<Next, Error> {
     let change = StatusChange::operation(Operation::new(
         message.clone(),
         MachineState::Failed,
@@ -200,7 +200,7 @@ async fn report_invalid(
         let event = Event::warning("ValidationFailed", "Validate", message);
         ctx.event(&machine.object_ref(&()), event).await;
     }
-    Ok(Action::requeue(retry))
+    Ok(Next::Requeue(retry))
 }
 
 /// `secretRef` data merged with `credentialsSecretRef` data, or why it cannot be read.
@@ -419,7 +419,7 @@ async fn create_flow(
     machine: &Machine,
     request: MachineRequest,
     timeouts: &MachineTimeouts,
-) -> Result<Action, Error> {
+) -> Result<Next, Error> {
     let name = machine.metadata.name.clone().unwrap_or_default();
     // An existing VM (for example created before a restart) is adopted, not created twice.
     let info = match ctx.driver.get_machine_status(&request).await {
@@ -460,7 +460,7 @@ async fn create_flow(
                 MachineOperationType::Create,
             ));
             apply_change(ctx, machine, &change).await?;
-            return Ok(Action::requeue(ctx.retry.long));
+            return Ok(Next::Requeue(ctx.retry.long));
         }
     }
 
@@ -501,7 +501,7 @@ async fn create_flow(
         next.last_known_state = Some(info.last_known_state.clone());
     }
     store_status(ctx, &machine, next).await?;
-    Ok(Action::requeue(ctx.retry.short))
+    Ok(Next::Requeue(ctx.retry.short))
 }
 
 async fn creation_failed(
@@ -509,7 +509,7 @@ async fn creation_failed(
     machine: &Machine,
     error: &DriverError,
     timeouts: &MachineTimeouts,
-) -> Result<Action, Error> {
+) -> Result<Next, Error> {
     let failure = creation_failure(
         error.code,
         &error.message,
@@ -527,5 +527,5 @@ async fn creation_failed(
         ctx.event(&machine.object_ref(&()), event).await;
     }
     tracing::info!(machine = ?machine.metadata.name, code = %error.code, retry = ?failure.retry_after, "machine creation failed");
-    Ok(Action::requeue(failure.retry_after))
+    Ok(Next::Requeue(failure.retry_after))
 }

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use capstan_apis::machine::FINALIZER_SECRET;
 use capstan_runtime::controller::Target;
+use capstan_runtime::runner::Next;
 use capstan_runtime::sync::lock;
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::controller::Action;
 use machineclass_core::meta::{finalizers_with, finalizers_without, has_finalizer};
 use machineclass_core::secret::{SecretAction, decide_secret};
 
@@ -15,14 +15,14 @@ use crate::context::{Context, key};
 use crate::error::Error;
 use crate::io::patch_finalizers;
 
-pub async fn reconcile(secret: Arc<Secret>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(secret: Arc<Secret>, ctx: Arc<Context>) -> Result<Next, Error> {
     let target = Target::of("Secret", &*secret);
     ctx.reconciler
         .reconcile(target, reconcile_inner(&secret, &ctx))
         .await
 }
 
-async fn reconcile_inner(secret: &Secret, ctx: &Context) -> Result<Action, Error> {
+async fn reconcile_inner(secret: &Secret, ctx: &Context) -> Result<Next, Error> {
     if let Some(hold) = ctx.hold_writes() {
         return Ok(hold);
     }
@@ -42,5 +42,5 @@ async fn reconcile_inner(secret: &Secret, ctx: &Context) -> Result<Action, Error
         patch_finalizers(&api, &secret.metadata, list).await?;
         tracing::info!(secret = %secret_key, referenced, "secret finalizer updated");
     }
-    Ok(Action::requeue(ctx.retry.long))
+    Ok(Next::Requeue(ctx.retry.long))
 }

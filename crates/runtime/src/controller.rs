@@ -5,10 +5,10 @@
 //!   server, leader election) around the binary's controllers.
 //! - [`Reconciler`]: wraps each reconcile in a `reconcile` span (controller, object kind,
 //!   namespace, name, outcome, trace id), times it, labels its failure, and decides the retry
-//!   ([`Reconciler::requeue_after_error`]: a conflict retries soon, anything else backs off per
+//!   ([`Reconciler::next_after_error`]: a conflict retries soon, anything else backs off per
 //!   object).
-//! - [`Gates`]: gates a kube-runtime `Controller` (or a [`crate::runner::Runner`]) on shutdown
-//!   and reconciles everything again when leadership is gained or the caches have synced.
+//! - [`Gates`]: what a [`crate::runner::Runner`] is gated on: it stops on shutdown and
+//!   reconciles everything again when leadership is gained or the caches have synced.
 
 use std::fmt::Display;
 use std::future::Future;
@@ -16,9 +16,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{Stream, TryStreamExt};
 use kube::Resource;
-use kube::runtime::controller::{Action, Controller};
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -226,7 +225,7 @@ impl Reconciler {
     /// `work` is boxed before anything else: a reconcile's state machine is several KiB (gw-recycler's
     /// 8 KiB, machineclass's 17 KiB), and an `async fn` holding it by value lays it out once
     /// as its argument, once inside its own body and once in the `Instrumented` wrapper, a
-    /// 25 KiB future that the caller and kube-runtime's runner then move (memcpy) several times
+    /// 25 KiB future that the caller and the runner then move (memcpy) several times
     /// per reconcile (perf: a quarter of gw-recycler's CPU under load). Boxed here, at the call,
     /// the future this returns is small and `work` is polled in place.
     pub fn reconcile<'a, T, E, Fut>(
@@ -299,28 +298,19 @@ impl Reconciler {
         delay
     }
 
-    /// [`requeue_after_error`](Self::requeue_after_error) for a cached object of a static kind
-    /// (the kind named by its type): the body of most controllers' `error_policy`.
-    pub fn requeue_object_after_error<K, E>(&self, object: &K, error: &E) -> Action
+    /// The standard `error_policy` of a [`crate::runner::Runner`] for a cached object of a static
+    /// kind: see [`retry_after`](Self::retry_after).
+    pub fn next_after_error<K, E>(&self, object: &K, error: &E) -> crate::runner::Next
     where
         K: Resource<DynamicType = ()>,
         E: ReconcileFailure,
     {
         let kind = K::kind(&());
-        self.requeue_after_error(Target::of(&kind, object), error)
-    }
-
-    /// The standard `error_policy` of a kube-runtime `Controller`: see [`retry_after`](Self::retry_after).
-    pub fn requeue_after_error<E: ReconcileFailure>(
-        &self,
-        target: Target<'_>,
-        error: &E,
-    ) -> Action {
-        Action::requeue(self.retry_after(target, error))
+        crate::runner::Next::Requeue(self.retry_after(Target::of(&kind, object), error))
     }
 }
 
-/// When a kube-runtime `Controller` may run: until shutdown, reconciling everything again each
+/// When a [`crate::runner::Runner`] may run: until shutdown, reconciling everything again each
 /// time leadership is gained or the caches finish syncing (reconciles park while either is
 /// missing).
 #[derive(Clone, Debug)]
@@ -331,28 +321,10 @@ pub struct Gates {
 }
 
 impl Gates {
-    /// `controller` stopping on shutdown (finishing in-flight reconciles) and reconciling every
-    /// object again when leadership or cache sync turns true.
-    pub fn apply<K>(&self, controller: Controller<K>) -> Controller<K>
-    where
-        K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-        K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
-    {
-        let token = self.shutdown.token();
-        controller
-            .reconcile_all_on(futures::stream::select(
-                turned_true(self.leader.subscribe()),
-                turned_true(self.caches_synced.clone()),
-            ))
-            .graceful_shutdown_on(async move { token.cancelled_owned().await })
-    }
-}
-
-impl Gates {
-    /// Resolves when shutdown is requested before the caches synced, never otherwise.
-    /// kube-runtime's controllers wait for their cache before finishing, so such a shutdown would
-    /// hang them; nothing can be in flight then (reconciles hold their writes until the caches
-    /// are ready), so the binary stops at once: `select!` this against the controllers.
+    /// Resolves when shutdown is requested before the caches synced, never otherwise: nothing
+    /// can be in flight then (reconciles hold their writes until the caches are ready), so the
+    /// binary stops at once, without waiting for the reflectors: `select!` this against the
+    /// controllers.
     pub async fn shutdown_before_sync(&self) {
         self.shutdown.cancelled().await;
         if *self.caches_synced.borrow() {
@@ -374,7 +346,7 @@ pub fn turned_true(rx: watch::Receiver<bool>) -> impl Stream<Item = ()> + Send +
 }
 
 /// What a watched, cached kind must be: a static resource that decodes, clones and crosses
-/// threads (kube-runtime's reflector and `Controller` ask the same).
+/// threads (kube-runtime's reflector and our `runner` ask the same).
 pub trait Watched:
     Resource<DynamicType = ()>
     + Clone
@@ -418,7 +390,7 @@ where
 }
 
 /// A reflector over [`watch_events`] of `api` with `config`: the store, and the stream of touched
-/// objects (applied or deleted) to hand to `Controller::for_stream` / `watches_stream`.
+/// objects (applied or deleted) to hand to `Runner::for_stream` / `watches_stream`.
 pub fn reflect<K>(
     api: kube::Api<K>,
     config: kube::runtime::watcher::Config,
@@ -470,12 +442,6 @@ where
     reflector::reflector(writer, watch_events(api, config))
         .inspect_ok(observe)
         .touched_objects()
-}
-
-/// Drives a controller's output stream to its end (results are already logged and measured by
-/// the [`Reconciler`]).
-pub async fn drive<S: Stream>(stream: S) {
-    stream.for_each(|_| futures::future::ready(())).await;
 }
 
 #[cfg(test)]

@@ -135,8 +135,8 @@ where
         self
     }
 
-    /// Everything again when leadership is gained or the caches have synced, as
-    /// [`Gates::apply`] does for a kube-runtime `Controller`; stops on shutdown.
+    /// Everything again each time leadership is gained or the caches have synced (reconciles
+    /// park while either is missing); stops on shutdown.
     pub fn gated(mut self, gates: &Gates) -> Self {
         self.stop = Some(gates.shutdown.clone());
         self.reconcile_all_on(futures::stream::select(

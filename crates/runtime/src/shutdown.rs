@@ -42,8 +42,7 @@ impl Shutdown {
         Ok(shutdown)
     }
 
-    /// The token cancelled when shutdown is requested (step 1). Hand it to controllers, e.g.
-    /// `Controller::graceful_shutdown_on(token.cancelled_owned())`.
+    /// The token cancelled when shutdown is requested (step 1), for tasks that stop on it.
     pub fn token(&self) -> CancellationToken {
         self.requested.clone()
     }
