@@ -22,9 +22,15 @@ use servers::{EmptyServers, Sidecars};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Measured seconds per case (fractions allowed).
+    /// Measured seconds per case and side (fractions allowed), split over `--rounds`.
     #[arg(long, default_value_t = 3.0)]
     seconds: f64,
+    /// Rounds per case, the sidecar and the empty handler taking turns (each side's median
+    /// counts): one 3 s run of each, back to back, saw the empty handler's own rate move by
+    /// half from case to case, so a single run's ratio said as much about the host as the
+    /// sidecar.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
     /// Concurrent streams, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
     concurrency: Vec<usize>,
@@ -101,7 +107,9 @@ fn ratio(a: f64, b: f64) -> f64 {
 
 /// Everything one run measured.
 struct Measured {
+    /// Measured time per case and side, over `rounds` turns.
     duration: Duration,
+    rounds: u32,
     cases: Vec<CaseResult>,
     /// Backends that were asked for but cannot run on this machine, with the reason.
     skipped: Vec<(Backend, String)>,
@@ -109,10 +117,11 @@ struct Measured {
 
 /// Runs every method at every concurrency for each backend asked for.
 async fn measure_all(args: &Args) -> Result<Measured> {
+    let round = args.seconds / f64::from(args.rounds);
     let bounds = Bounds {
-        duration: Duration::from_secs_f64(args.seconds),
-        warmup: Duration::from_millis(300).min(Duration::from_secs_f64(args.seconds / 4.0)),
-        max_requests: args.max_requests,
+        duration: Duration::from_secs_f64(round),
+        warmup: Duration::from_millis(300).min(Duration::from_secs_f64(round / 4.0)),
+        max_requests: args.max_requests / args.rounds as usize,
     };
     let empty = EmptyServers::start().await?;
     let mut cases = Vec::new();
@@ -153,20 +162,35 @@ async fn measure_all(args: &Args) -> Result<Measured> {
                     backend.name(),
                     method.name()
                 );
-                let sidecar = measure(method, concurrency, real.channel.clone(), bounds).await;
-                let empty = measure(method, concurrency, floor.channel.clone(), bounds).await;
+                let (mut sidecar, mut empty) = (Vec::new(), Vec::new());
+                for round in 0..args.rounds {
+                    // Who goes first alternates, so neither side always follows the other.
+                    let sides = [(real, &mut sidecar), (floor, &mut empty)];
+                    let [first, second] = if round % 2 == 0 {
+                        sides
+                    } else {
+                        let [a, b] = sides;
+                        [b, a]
+                    };
+                    for (server, rounds) in [first, second] {
+                        rounds.push(
+                            measure(method, concurrency, server.channel.clone(), bounds).await,
+                        );
+                    }
+                }
                 cases.push(CaseResult {
                     backend,
                     method,
                     concurrency,
-                    sidecar,
-                    empty,
+                    sidecar: Measurement::median_of(&sidecar),
+                    empty: Measurement::median_of(&empty),
                 });
             }
         }
     }
     Ok(Measured {
-        duration: bounds.duration,
+        duration: Duration::from_secs_f64(args.seconds),
+        rounds: args.rounds,
         cases,
         skipped,
     })
@@ -263,9 +287,10 @@ impl fmt::Display for Measured {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "sidecar gRPC benchmark (127.0.0.1, {:?} per case; ratios are sidecar / empty handler; \
-             req/s and latencies of successful calls only)",
-            self.duration
+            "sidecar gRPC benchmark (127.0.0.1, {:?} per case and side in {} alternating rounds, \
+             medians; ratios are sidecar / empty handler; req/s and latencies of successful calls \
+             only)",
+            self.duration, self.rounds
         )?;
         for (backend, reason) in &self.skipped {
             writeln!(f, "{} cases skipped: {reason}", backend.name())?;
@@ -329,6 +354,7 @@ mod tests {
     fn args(backends: &[Backend]) -> Args {
         Args {
             seconds: 0.1,
+            rounds: 2,
             concurrency: vec![1, 4],
             backends: backends.to_vec(),
             max_requests: 500,
@@ -349,7 +375,10 @@ mod tests {
         assert_eq!(measured.cases.len(), if kernel { 12 } else { 6 }, "{text}");
         for case in &measured.cases {
             assert!(case.sidecar.ok > 0 && case.empty.ok > 0, "{case:?}");
-            assert!(case.sidecar.ok <= 500, "bounded by max_requests");
+            assert!(
+                case.sidecar.ok <= 500,
+                "bounded by max_requests over all rounds"
+            );
             assert_eq!(case.sidecar.failed + case.empty.failed, 0, "{case:?}");
             assert!(case.sidecar.p50 <= case.sidecar.p99);
             assert!(case.throughput_ratio() > 0.0, "{case:?}");

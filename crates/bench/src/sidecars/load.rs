@@ -57,6 +57,26 @@ pub struct Measurement {
     pub p99: Duration,
 }
 
+impl Measurement {
+    /// Rounds of one case as one measurement: the median rate and latencies (a burst of host
+    /// noise moves one round, not the figure), every call counted, the first error kept.
+    pub fn median_of(rounds: &[Measurement]) -> Measurement {
+        fn median<T: Copy + PartialOrd>(mut values: Vec<T>) -> Option<T> {
+            values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+            values.get(values.len() / 2).copied()
+        }
+        Measurement {
+            ok: rounds.iter().map(|r| r.ok).sum(),
+            failed: rounds.iter().map(|r| r.failed).sum(),
+            first_error: rounds.iter().find_map(|r| r.first_error.clone()),
+            requests_per_sec: median(rounds.iter().map(|r| r.requests_per_sec).collect())
+                .unwrap_or_default(),
+            p50: median(rounds.iter().map(|r| r.p50).collect()).unwrap_or_default(),
+            p99: median(rounds.iter().map(|r| r.p99).collect()).unwrap_or_default(),
+        }
+    }
+}
+
 /// Alternating next-hop sets for one remote subnet, so that every update really replaces one
 /// kernel route and the table never grows.
 pub fn context(i: usize) -> SliceGwConContext {
@@ -187,6 +207,32 @@ fn percentile(sorted: &[Duration], pct: usize) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rounds_combine_into_medians_and_sums() {
+        let round = |rate: f64, ms: u64, failed: usize, error: Option<&str>| Measurement {
+            ok: 10,
+            failed,
+            first_error: error.map(String::from),
+            requests_per_sec: rate,
+            p50: Duration::from_millis(ms),
+            p99: Duration::from_millis(ms * 10),
+        };
+        let combined = Measurement::median_of(&[
+            round(100.0, 3, 0, None),
+            round(900.0, 1, 2, Some("unavailable")),
+            round(300.0, 2, 1, Some("later")),
+        ]);
+        assert_eq!(
+            combined.requests_per_sec, 300.0,
+            "a burst moves one round only"
+        );
+        assert_eq!(combined.p50, Duration::from_millis(2));
+        assert_eq!(combined.p99, Duration::from_millis(20));
+        assert_eq!((combined.ok, combined.failed), (30, 3));
+        assert_eq!(combined.first_error.as_deref(), Some("unavailable"));
+        assert_eq!(Measurement::median_of(&[]), Measurement::default());
+    }
 
     #[test]
     fn nearest_rank_percentiles() {
