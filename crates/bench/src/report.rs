@@ -245,6 +245,17 @@ impl Samples {
 
 /// The median of repeated samples of a time (the mean of the two middle ones for an even count);
 /// zero for none.
+/// The median of plain values (rates): the middle one, or the mean of the two middle ones.
+pub fn median_value(samples: &[f64]) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable_by(f64::total_cmp);
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
 pub fn median(samples: &[Duration]) -> Duration {
     let mut sorted = samples.to_vec();
     sorted.sort_unstable();

@@ -165,14 +165,11 @@ async fn measure_all(args: &Args) -> Result<Measured> {
                 let (mut sidecar, mut empty) = (Vec::new(), Vec::new());
                 for round in 0..args.rounds {
                     // Who goes first alternates, so neither side always follows the other.
-                    let sides = [(real, &mut sidecar), (floor, &mut empty)];
-                    let [first, second] = if round % 2 == 0 {
-                        sides
-                    } else {
-                        let [a, b] = sides;
-                        [b, a]
-                    };
-                    for (server, rounds) in [first, second] {
+                    let mut sides = [(real, &mut sidecar), (floor, &mut empty)];
+                    if round % 2 == 1 {
+                        sides.reverse();
+                    }
+                    for (server, rounds) in sides {
                         rounds.push(
                             measure(method, concurrency, server.channel.clone(), bounds).await,
                         );

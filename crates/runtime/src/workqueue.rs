@@ -287,6 +287,72 @@ mod tests {
         assert_eq!(waiter.await.expect("worker task"), Some(7));
     }
 
+    /// Each add wakes one idle worker: a burst of keys still reaches every idle worker (they run
+    /// side by side), and no key is left waiting for a wake-up that went to a busy worker.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bursts_of_keys_reach_every_idle_worker_and_none_is_stranded() {
+        const KEYS: usize = 2_000;
+        let queue = WorkQueue::new();
+        let seen = Arc::new(Mutex::new(HashSet::new()));
+        let (in_flight, max_in_flight) =
+            (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let runner = {
+            let (queue, seen) = (queue.clone(), seen.clone());
+            let (in_flight, max_in_flight) = (in_flight.clone(), max_in_flight.clone());
+            tokio::spawn(async move {
+                queue
+                    .run(8, |key: usize| {
+                        let (seen, in_flight, max_in_flight) =
+                            (seen.clone(), in_flight.clone(), max_in_flight.clone());
+                        async move {
+                            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                            max_in_flight.fetch_max(now, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_micros(200)).await;
+                            in_flight.fetch_sub(1, Ordering::SeqCst);
+                            assert!(crate::sync::lock(&seen).insert(key), "{key} twice");
+                            None
+                        }
+                    })
+                    .await
+            })
+        };
+        // Two producers, in bursts: adds race workers going idle. No delayed keys: their timers
+        // would wake idle workers and hide a lost wake-up.
+        let producers: Vec<_> = (0..2)
+            .map(|p| {
+                let queue = queue.clone();
+                tokio::spawn(async move {
+                    for key in (p..KEYS).step_by(2) {
+                        queue.add(key);
+                        if key % 50 == 0 {
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for producer in producers {
+            producer.await.expect("producer");
+        }
+        let all_done = async {
+            while crate::sync::lock(&seen).len() < KEYS {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), all_done)
+            .await
+            .unwrap_or_else(|_| {
+                let done = crate::sync::lock(&seen).len();
+                panic!("{done} of {KEYS} keys processed: a wake-up was lost");
+            });
+        queue.shutdown();
+        runner.await.expect("runner");
+        assert!(
+            max_in_flight.load(Ordering::SeqCst) > 1,
+            "one wake-up per key still puts several idle workers to work"
+        );
+    }
+
     #[tokio::test]
     async fn workers_never_process_one_key_concurrently() {
         let queue = WorkQueue::new();

@@ -10,6 +10,8 @@ use capstan_proto::sidecar::gw_sidecar_service_client::GwSidecarServiceClient;
 use tonic::Status;
 use tonic::transport::Channel;
 
+use crate::report::{median, median_value};
+
 /// The measured methods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
@@ -61,18 +63,16 @@ impl Measurement {
     /// Rounds of one case as one measurement: the median rate and latencies (a burst of host
     /// noise moves one round, not the figure), every call counted, the first error kept.
     pub fn median_of(rounds: &[Measurement]) -> Measurement {
-        fn median<T: Copy + PartialOrd>(mut values: Vec<T>) -> Option<T> {
-            values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-            values.get(values.len() / 2).copied()
-        }
+        let durations =
+            |of: fn(&Measurement) -> Duration| -> Vec<Duration> { rounds.iter().map(of).collect() };
+        let rates: Vec<f64> = rounds.iter().map(|r| r.requests_per_sec).collect();
         Measurement {
             ok: rounds.iter().map(|r| r.ok).sum(),
             failed: rounds.iter().map(|r| r.failed).sum(),
             first_error: rounds.iter().find_map(|r| r.first_error.clone()),
-            requests_per_sec: median(rounds.iter().map(|r| r.requests_per_sec).collect())
-                .unwrap_or_default(),
-            p50: median(rounds.iter().map(|r| r.p50).collect()).unwrap_or_default(),
-            p99: median(rounds.iter().map(|r| r.p99).collect()).unwrap_or_default(),
+            requests_per_sec: median_value(&rates),
+            p50: median(&durations(|r| r.p50)),
+            p99: median(&durations(|r| r.p99)),
         }
     }
 }
