@@ -90,6 +90,7 @@ pub struct Timing {
 /// condition say.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Missing {
+    OldDeploymentPresent,
     NewDeploymentPresent,
     NewNsmIp,
     RouterReachable,
@@ -105,6 +106,10 @@ pub enum Missing {
 impl Missing {
     pub fn describe(&self) -> String {
         match self {
+            Missing::OldDeploymentPresent => {
+                "the gateway deployment to recycle (gwPair) exists: name its current generation"
+                    .into()
+            }
             Missing::NewDeploymentPresent => "the new gateway deployment exists".into(),
             Missing::NewNsmIp => "the new gateway pod reports an NSM IP".into(),
             Missing::RouterReachable => "the slice router sidecar answers".into(),
@@ -121,6 +126,7 @@ impl Missing {
     /// Short stable label (metrics, the condition reason).
     pub fn metric_label(&self) -> &'static str {
         match self {
+            Missing::OldDeploymentPresent => "old_deployment_present",
             Missing::NewDeploymentPresent => "new_deployment_present",
             Missing::NewNsmIp => "new_nsm_ip",
             Missing::RouterReachable => "router_reachable",
@@ -368,13 +374,23 @@ pub fn decide_server(facts: &ServerFacts, timing: &Timing, now: Timestamp) -> Se
     let in_state = elapsed(facts.state_since, now);
     let (step, needed) = match &facts.state {
         State::Init => {
-            // CreateNewDeployment, then move on without waiting (the next state waits).
-            if !side.new.present && !side.new.intermediate {
+            // The deployment to recycle must exist: S is deleted only after
+            // old_deployment_deleted_state, so at init a missing S is a wrong name (a generation
+            // already recycled, whose flip is the current one) or a gateway not created yet.
+            // Going on would "recycle" nothing and end as if it had.
+            // (The response is not read: a wait's step is never done.)
+            if !side.old.present {
+                (
+                    Step::Wait(Missing::OldDeploymentPresent),
+                    Response::NewDeploymentCreated,
+                )
+            } else if !side.new.present && !side.new.intermediate {
                 return ServerAction::Work(Work::CreateNewDeployment {
                     deployment: side.new_deployment.clone(),
                 });
+            } else {
+                return advance(&facts.state);
             }
-            return advance(&facts.state);
         }
         State::NewDeploymentCreated => (new_gateway_routed(side), Response::NewDeploymentCreated),
         State::SliceRouterUpdated => (old_route_withdrawn(side), Response::RoutingTableUpdated),

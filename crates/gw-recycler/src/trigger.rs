@@ -35,7 +35,9 @@ pub struct TriggerArgs {
     /// Gateway instance to recycle.
     #[arg(long, default_value_t = 0)]
     pub instance: u32,
-    /// The current server deployment (default `<server-gateway>-<instance>-0`).
+    /// The current server deployment (default `<server-gateway>-<instance>-0`; after a recycle
+    /// the generation is 1, and a recycle naming one that no longer exists waits in `init`
+    /// and then fails saying so).
     #[arg(long)]
     pub server_deployment: Option<String>,
     /// The current client deployment (default `<client-gateway>-<instance>-0`).

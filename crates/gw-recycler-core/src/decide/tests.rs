@@ -125,6 +125,31 @@ fn init_first_asks_for_the_new_deployment() {
     );
 }
 
+/// A gwPair naming a generation already recycled: S is gone and its flip is the current
+/// gateway. Going on would "recycle" nothing and end; the server waits, then fails, naming it.
+#[test]
+fn init_without_the_deployment_to_recycle_waits_then_fails_naming_it() {
+    let mut side = before();
+    side.old = DeploymentFacts::default();
+    side.new = new_routed().new;
+    side.new.intermediate = false;
+    let facts = server("init", "", side);
+    assert_eq!(waiting(&decide(&facts)), &Missing::OldDeploymentPresent);
+    let late = at(1000 + timing().step_timeout.as_secs() as i64);
+    assert_eq!(
+        decide_server(&facts, &timing(), late),
+        ServerAction::Fail {
+            step: State::Init,
+            missing: Missing::OldDeploymentPresent,
+        }
+    );
+    assert!(
+        Missing::OldDeploymentPresent
+            .describe()
+            .contains("current generation")
+    );
+}
+
 #[test]
 fn init_reconciled_twice_lists_the_new_deployment_once() {
     // After the first reconcile appended newS, the second one advances instead of appending again.
