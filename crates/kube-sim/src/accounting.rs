@@ -122,10 +122,11 @@ impl RequestStats {
     }
 }
 
-/// The live counters of one server.
+/// The live counters of one server: hashed, as every request counts itself here; ordered only
+/// when read.
 #[derive(Debug, Default)]
 pub struct RequestCounters {
-    counts: Mutex<BTreeMap<RequestKey, u64>>,
+    counts: Mutex<foldhash::HashMap<RequestKey, u64>>,
 }
 
 impl RequestCounters {
@@ -140,7 +141,9 @@ impl RequestCounters {
                 .counts
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+                .iter()
+                .map(|(k, n)| (k.clone(), *n))
+                .collect(),
         }
     }
 

@@ -465,6 +465,24 @@ pub fn read_managed(obj: &Value) -> Vec<ManagedEntry> {
 }
 
 pub fn write_managed(obj: &mut Value, entries: &[ManagedEntry]) {
+    let list: Vec<Value> = entries
+        .iter()
+        .filter(|e| !e.fields.is_empty())
+        .map(|e| {
+            let w = Writer {
+                manager: &e.manager,
+                api_version: &e.api_version,
+                subresource: &e.subresource,
+                time: &e.time,
+            };
+            managed_fields_entry(&w, &e.operation, to_fields_v1(&e.fields))
+        })
+        .collect();
+    set_managed_fields(obj, list);
+}
+
+/// Sets `metadata.managedFields` to `list` (removes it when empty).
+fn set_managed_fields(obj: &mut Value, list: Vec<Value>) {
     if !obj["metadata"].is_object() {
         if !obj.is_object() {
             return;
@@ -474,27 +492,87 @@ pub fn write_managed(obj: &mut Value, entries: &[ManagedEntry]) {
     let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
         return;
     };
-    let list: Vec<Value> = entries
-        .iter()
-        .filter(|e| !e.fields.is_empty())
-        .map(|e| {
-            let mut m = Map::new();
-            m.insert("manager".into(), json!(e.manager));
-            m.insert("operation".into(), json!(e.operation));
-            m.insert("apiVersion".into(), json!(e.api_version));
-            m.insert("time".into(), json!(e.time));
-            m.insert("fieldsType".into(), json!("FieldsV1"));
-            m.insert("fieldsV1".into(), to_fields_v1(&e.fields));
-            if !e.subresource.is_empty() {
-                m.insert("subresource".into(), json!(e.subresource));
-            }
-            Value::Object(m)
-        })
-        .collect();
     if list.is_empty() {
         meta.remove("managedFields");
     } else {
         meta.insert("managedFields".into(), Value::Array(list));
+    }
+}
+
+/// One `managedFields` item as kube-apiserver writes it.
+fn managed_fields_entry(w: &Writer<'_>, operation: &str, fields_v1: Value) -> Value {
+    let mut m = Map::new();
+    m.insert("manager".into(), json!(w.manager));
+    m.insert("operation".into(), json!(operation));
+    m.insert("apiVersion".into(), json!(w.api_version));
+    m.insert("time".into(), json!(w.time));
+    m.insert("fieldsType".into(), json!("FieldsV1"));
+    m.insert("fieldsV1".into(), fields_v1);
+    if !w.subresource.is_empty() {
+        m.insert("subresource".into(), json!(w.subresource));
+    }
+    Value::Object(m)
+}
+
+/// `to_fields_v1(&fields_of(obj, lt))` in one walk, without the intermediate set of paths: the
+/// `fieldsV1` of a new object, which every create computes.
+pub fn fields_v1_of(obj: &Value, lt: ListTypes<'_>) -> Value {
+    let mut root = Map::new();
+    for (mut path, v) in owned_roots(obj) {
+        let mut node = &mut root;
+        for seg in &path {
+            node = child(node, seg);
+        }
+        fields_v1_into(v, &mut path, lt, node);
+    }
+    Value::Object(root)
+}
+
+/// The `fieldsV1` node under `node` for one path segment, made empty if new.
+fn child<'m>(node: &'m mut Map<String, Value>, seg: &Seg) -> &'m mut Map<String, Value> {
+    let mut name = String::new();
+    write_seg_name(&mut name, seg);
+    match node
+        .entry(name)
+        .or_insert_with(|| Value::Object(Map::new()))
+    {
+        Value::Object(m) => m,
+        _ => unreachable!("fieldsV1 nodes are objects"),
+    }
+}
+
+/// Adds the fields `v` sets to `node`, the `fieldsV1` node of `path`: what `collect` finds,
+/// written where `to_fields_v1` would put it (a leaf is an empty node; a keyed item has `.`).
+fn fields_v1_into(v: &Value, path: &mut Path, lt: ListTypes<'_>, node: &mut Map<String, Value>) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, c) in m {
+                let seg = Seg::Field(k.clone());
+                let next = child(node, &seg);
+                path.push(seg);
+                fields_v1_into(c, path, lt, next);
+                path.pop();
+            }
+        }
+        Value::Array(items) if !items.is_empty() => match lt.of(path, items) {
+            ListType::Map(keys) => {
+                for item in items {
+                    let seg = Seg::Key(key_json(&keys, item));
+                    let next = child(node, &seg);
+                    next.insert(".".into(), json!({}));
+                    path.push(seg);
+                    fields_v1_into(item, path, lt, next);
+                    path.pop();
+                }
+            }
+            ListType::Set => {
+                for item in items {
+                    child(node, &Seg::Val(item.to_string()));
+                }
+            }
+            ListType::Atomic => {}
+        },
+        _ => {}
     }
 }
 
@@ -653,12 +731,12 @@ pub fn apply(
 pub fn track_update(old: Option<&Value>, new: &mut Value, w: &Writer<'_>, lt: ListTypes<'_>) {
     let Some(old) = old else {
         // A new object: its writer owns every field it sets.
-        let new_fields = fields_of(new, lt);
-        let mut entries = Vec::new();
-        if !new_fields.is_empty() {
-            entry_for(&mut entries, w, "Update").fields = new_fields;
-        }
-        write_managed(new, &entries);
+        let fields_v1 = fields_v1_of(new, lt);
+        let entries = match fields_v1.as_object().is_some_and(|m| !m.is_empty()) {
+            true => vec![managed_fields_entry(w, "Update", fields_v1)],
+            false => vec![],
+        };
+        set_managed_fields(new, entries);
         return;
     };
     let mut entries = read_managed(old);
@@ -754,6 +832,52 @@ mod tests {
                 "from {old} to {new}"
             );
         }
+    }
+
+    #[test]
+    fn a_new_objects_fields_v1_in_one_walk_is_the_set_of_its_paths_encoded() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"app": "a"}, "annotations": {},
+                         "finalizers": ["x", "y", "x"], "uid": "u", "resourceVersion": "7"},
+            "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80}],
+                                     "args": ["--a", "1"], "env": []},
+                                    {"name": "d", "image": "j", "resources": {}}]},
+            "status": {"conditions": [{"type": "Ready", "status": "False"}]}});
+        let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "default"}, "data": {"k": "v", "e": ""}});
+        let bare = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+        let retyped = json!({"metadata": "not an object", "spec": [1, 2], "status": null});
+        for obj in [&pod, &config_map, &bare, &retyped, &json!("not an object")] {
+            let lt = ListTypes::builtin();
+            assert_eq!(
+                fields_v1_of(obj, lt),
+                to_fields_v1(&fields_of(obj, lt)),
+                "{obj}"
+            );
+        }
+        let schema = json!({"properties": {"spec": {"properties": {
+            "ports": {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["port", "proto"],
+                      "items": {"properties": {"port": {}, "proto": {}, "name": {},
+                        "hosts": {"x-kubernetes-list-type": "set"}}}},
+            "tags": {"x-kubernetes-list-type": "set"},
+            "steps": {}}}}});
+        let lt = ListTypes::from_schema(Some(&schema));
+        let custom = json!({"spec": {"ports": [{"port": 1, "proto": "TCP", "name": "a", "hosts": ["h"]},
+                                               {"port": 1, "proto": "UDP"}],
+                                     "tags": ["x", 1, {"k": "v"}], "steps": ["one", "two"]}});
+        assert_eq!(
+            fields_v1_of(&custom, lt),
+            to_fields_v1(&fields_of(&custom, lt))
+        );
+        // What a create records, spelled out (structured-merge-diff's encoding).
+        assert_eq!(
+            fields_v1_of(&config_map, ListTypes::builtin()),
+            json!({"f:data": {"f:e": {}, "f:k": {}}})
+        );
+        assert_eq!(
+            fields_v1_of(&custom, lt)["f:spec"]["f:ports"]["k:{\"port\":1,\"proto\":\"TCP\"}"],
+            json!({".": {}, "f:hosts": {"v:\"h\"": {}}, "f:name": {}, "f:port": {}, "f:proto": {}})
+        );
     }
 
     fn writer(m: &str) -> Writer<'_> {

@@ -85,16 +85,18 @@ struct Objects {
 
 pub struct Store {
     rv: u64,
-    objects: HashMap<StorageKey, Objects>,
+    // foldhash, not SipHash: these maps are read on every request (seeded per process, so
+    // still no table an outsider can predict).
+    objects: foldhash::HashMap<StorageKey, Objects>,
     history: VecDeque<Arc<Event>>,
     history_cap: usize,
     /// Every event after this resourceVersion is still in `history`.
     history_floor: u64,
     tx: broadcast::Sender<Arc<Event>>,
     /// Owner uid -> dependents, for garbage collection.
-    dependents: HashMap<Box<str>, BTreeSet<Location>>,
+    dependents: foldhash::HashMap<Box<str>, BTreeSet<Location>>,
     /// uid -> location, to resolve owners.
-    uids: HashMap<Box<str>, Location>,
+    uids: foldhash::HashMap<Box<str>, Location>,
     /// Sees every event before it is applied (persistence makes it durable there).
     sink: Option<EventSink>,
     /// Why the sink last refused an event, until `take_failure`.
@@ -109,13 +111,13 @@ impl Store {
         let (tx, _) = broadcast::channel(history_cap.max(1024));
         Self {
             rv: 1,
-            objects: HashMap::new(),
+            objects: foldhash::HashMap::default(),
             history: VecDeque::new(),
             history_cap,
             history_floor: 1,
             tx,
-            dependents: HashMap::new(),
-            uids: HashMap::new(),
+            dependents: foldhash::HashMap::default(),
+            uids: foldhash::HashMap::default(),
             sink: None,
             failure: None,
             compactor: None,

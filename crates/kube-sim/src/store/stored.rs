@@ -5,6 +5,9 @@ use bytes::Bytes;
 use serde_json::Value;
 use std::sync::Arc;
 
+/// The largest encoding buffer a thread keeps between objects.
+const MAX_KEPT_BUFFER: usize = 64 * 1024;
+
 /// One object as the store holds it: its JSON, serialized once and shared by the object map,
 /// the event history, lists and watch streams. One allocation (the count and the bytes), two
 /// words where it is held.
@@ -13,7 +16,24 @@ pub struct Stored(Arc<[u8]>);
 
 impl Stored {
     pub fn encode(obj: &Value) -> Self {
-        Self(serde_json::to_vec(obj).unwrap_or_default().into())
+        // Serialized into a buffer this thread keeps, then copied once into the shared
+        // allocation: a fresh `Vec` would grow (and copy) several times on the way to an
+        // object's size.
+        thread_local! {
+            static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        BUFFER.with_borrow_mut(|buffer| {
+            buffer.clear();
+            if serde_json::to_writer(&mut *buffer, obj).is_err() {
+                buffer.clear();
+            }
+            let stored = Self(Arc::from(buffer.as_slice()));
+            // One huge object does not pin its size in every thread for good.
+            if buffer.capacity() > MAX_KEPT_BUFFER {
+                *buffer = Vec::new();
+            }
+            stored
+        })
     }
 
     pub fn json(&self) -> &[u8] {
