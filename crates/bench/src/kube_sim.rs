@@ -464,7 +464,9 @@ fn rss() -> Result<u64> {
         * 1024)
 }
 
-/// An axum server answering POSTs with one object's bytes and GETs with a list's.
+/// An axum server answering POSTs with one object's bytes and GETs with a list's. It reads what
+/// any server must (a POST's whole body) and serves its connections as kube-sim does (no Nagle
+/// delay), so the two differ only in what happens between reading a request and answering it.
 struct Floor {
     addr: std::net::SocketAddr,
     task: tokio::task::JoinHandle<()>,
@@ -474,7 +476,7 @@ impl Floor {
     async fn start(object: bytes::Bytes, list: bytes::Bytes) -> Result<Self> {
         let app = axum::Router::new().route(
             "/api/v1/namespaces/default/configmaps",
-            axum::routing::post(move || {
+            axum::routing::post(move |_request_body: bytes::Bytes| {
                 let object = object.clone();
                 async move {
                     (
@@ -492,6 +494,10 @@ impl Floor {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let task = tokio::spawn(async move {
+            use axum::serve::ListenerExt;
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             let _ = axum::serve(listener, app).await;
         });
         Ok(Self { addr, task })
