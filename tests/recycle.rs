@@ -3,7 +3,8 @@
 //! and `gw-sidecar` in each gateway pod, each on its own pod IP. A recycle moves both routers to
 //! the new gateways make-before-break; it survives kill -9 of either recycler at each state, a
 //! router that is away for a while, write errors and cut watches; a condition that never comes
-//! ends in error_state with a Warning Event.
+//! ends in error_state with a Warning Event, as does a recycle naming a client deployment that
+//! does not exist.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -470,6 +471,36 @@ async fn a_condition_that_never_comes_ends_in_error_state_with_a_warning() {
     .await;
     let note = warning.note.unwrap_or_default();
     assert!(note.contains("new_deployment_created_state"), "{note}");
+}
+
+/// A recycle naming a client deployment that does not exist (a generation already recycled,
+/// whose flip is the gateway serving now): the client creates nothing and never answers, and the
+/// recycle fails at the step timeout, instead of ending as if the client's gateway were replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recycle_naming_a_client_generation_that_does_not_exist_fails_and_creates_nothing_there()
+{
+    let bed = Testbed::start(97).await;
+    let fast = ["--drain-delay", "200ms", "--step-timeout", "3s"];
+    let _server = bed.server.spawn_recycler(&bed.hub, &fast).await;
+    let _client = bed.client.spawn_recycler(&bed.hub, &fast).await;
+    initial(&bed).await;
+    let created_before = deployments_created(&bed.client.cluster);
+
+    let out = bed
+        .trigger(&["--client-deployment", CLIENT_AFTER[0], "--wait"])
+        .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "the recycle must fail: {stdout}");
+    assert!(stdout.contains("state: error_state"), "{stdout}");
+    assert!(
+        !stdout.contains("state: slicerouter_updated_state"),
+        "the server went on without the client: {stdout}"
+    );
+    assert_eq!(deployments_created(&bed.client.cluster), created_before);
+    assert_eq!(
+        bed.client.deployment_names().await,
+        CLIENT_BEFORE.iter().map(|d| d.to_string()).collect()
+    );
 }
 
 /// 5% of all writes fail and every watch is cut after a few events, on all three clusters: each

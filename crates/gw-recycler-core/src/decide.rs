@@ -457,10 +457,17 @@ pub fn decide_client(facts: &ClientFacts) -> ClientAction {
     if *request == Request::None || response_reached(facts.response.as_ref(), &answer) {
         return ClientAction::Nothing;
     }
+    let side = &facts.side;
     let step = match request {
-        Request::CreateNewDeployment => new_gateway_routed(&facts.side),
-        Request::UpdateRoutingTable => old_route_withdrawn(&facts.side),
-        Request::DeleteOldGwDeployment => old_deployment_removed(&facts.side),
+        // As at the server's init: the deployment the CR names must exist until this side
+        // created its successor. A wrong name (a generation already recycled) would otherwise
+        // find its flip, the gateway serving now, and answer "created" having replaced nothing.
+        Request::CreateNewDeployment if !side.old.present && !side.new.intermediate => {
+            Step::Wait(Missing::OldDeploymentPresent)
+        }
+        Request::CreateNewDeployment => new_gateway_routed(side),
+        Request::UpdateRoutingTable => old_route_withdrawn(side),
+        Request::DeleteOldGwDeployment => old_deployment_removed(side),
         Request::None | Request::Other(_) => return ClientAction::Nothing,
     };
     match step {

@@ -9,8 +9,8 @@ use std::time::Duration;
 use capstan_apis::worker::WorkerSliceGwRecycler;
 use capstan_runtime::kube_errors::is_not_found;
 use gw_recycler_core::decide::{
-    ClientAction, ClientFacts, DeploymentFacts, PodFacts, Probes, RouteProbe, ServerAction,
-    ServerFacts, SideFacts, Timing, after_work, decide_client, decide_server,
+    ClientAction, ClientFacts, DeploymentFacts, Missing, PodFacts, Probes, RouteProbe,
+    ServerAction, ServerFacts, SideFacts, Timing, after_work, decide_client, decide_server,
 };
 use gw_recycler_core::naming::next_deployment_name;
 use gw_recycler_core::role::{Role, detect_role};
@@ -452,7 +452,7 @@ impl Recycler {
         gateway: &str,
         side: SideFacts,
     ) -> Result<Outcome, ReconcileError> {
-        let new = side.new_deployment.clone();
+        let (old, new) = (side.old_deployment.clone(), side.new_deployment.clone());
         let facts = ClientFacts {
             state: cr.state(),
             request: cr.request().cloned(),
@@ -471,6 +471,17 @@ impl Recycler {
                     worked_on: Some(gateway.to_owned()),
                     ..Outcome::default()
                 })
+            }
+            ClientAction::Wait(Missing::OldDeploymentPresent) => {
+                // Only this side knows: the server sees no answer until its step timeout. A
+                // Deployment's watch event brings the next look, so no probing (and one line
+                // per look, not one per second).
+                tracing::warn!(
+                    deployment = %old,
+                    "the recycle names a gateway deployment this cluster does not have; waiting \
+                     for it (a recycle names the client gateway's current generation)"
+                );
+                Ok(Outcome::default())
             }
             ClientAction::Wait(missing) => {
                 tracing::debug!(missing = missing.metric_label(), "waiting");

@@ -514,6 +514,34 @@ fn client_creates_waits_and_responds_new_deployment_created() {
 }
 
 #[test]
+fn client_asked_to_recycle_a_deployment_it_does_not_have_waits_instead_of_answering() {
+    let req = "create_new_deployment";
+    // The CR names a generation already recycled: its flip is the gateway serving now, present,
+    // regular and routed. Answering would end a recycle that replaced nothing on this side.
+    let mut wrong_generation = old_gone();
+    wrong_generation.old_deployment = NEW_S.into();
+    wrong_generation.new_deployment = S.into();
+    assert_eq!(
+        decide_client(&client(req, "", wrong_generation)),
+        ClientAction::Wait(Missing::OldDeploymentPresent)
+    );
+    // No gateway at all yet.
+    let mut nothing = before();
+    nothing.old = DeploymentFacts::default();
+    assert_eq!(
+        decide_client(&client(req, "", nothing)),
+        ClientAction::Wait(Missing::OldDeploymentPresent)
+    );
+    // The successor this side created stands: a vanished old deployment does not stop it.
+    let mut created = new_routed();
+    created.old = DeploymentFacts::default();
+    assert_eq!(
+        decide_client(&client(req, "", created)),
+        ClientAction::Respond(Response::from("new_deployment_created"))
+    );
+}
+
+#[test]
 fn client_withdraws_then_responds_routing_table_updated() {
     let req = "update_routing_table";
     let r = "new_deployment_created";
