@@ -109,6 +109,25 @@ pub async fn run(args: &Args) -> Result<Report> {
         ),
     );
     report.ratio("create (per request)", create, floor_create, "<= 1.5x");
+    // The spread between turns, so a reader can tell a ratio near its target from noise.
+    let (low, high) = quartiles(
+        creates
+            .iter()
+            .zip(&floor_creates)
+            .map(|(sim, floor)| sim.as_secs_f64() / floor.as_secs_f64().max(f64::EPSILON))
+            .collect(),
+    );
+    let turns = format!("of the {CREATE_TURNS} turns' kube-sim / floor ratios");
+    report.row(
+        "create (per request): lower quartile of the turns",
+        format!("{low:.2}x"),
+        format!("first quartile {turns}"),
+    );
+    report.row(
+        "create (per request): upper quartile of the turns",
+        format!("{high:.2}x"),
+        format!("third quartile {turns}"),
+    );
     report.ratio(&format!("list of {n}"), list_time, floor_list, "<= 2x");
     report.row(
         format!("list of {n}, absolute"),
@@ -365,6 +384,13 @@ const SAMPLES: usize = 5;
 /// five such batches moved the ratio by 0.3 between runs of one binary.
 const CREATE_TURNS: usize = 20;
 
+/// The first and third quartiles (nearest rank) of `samples`; zeros for none.
+fn quartiles(mut samples: Vec<f64>) -> (f64, f64) {
+    samples.sort_unstable_by(f64::total_cmp);
+    let at = |q: usize| samples.get(samples.len() * q / 4).copied().unwrap_or(0.0);
+    (at(1), at(3))
+}
+
 /// Runs `batch` over `0..n` split into [`SAMPLES`] consecutive ranges, timing each; the median
 /// batch time per item.
 async fn timed_batches<F, Fut>(n: usize, batch: F) -> Result<Duration>
@@ -512,5 +538,20 @@ impl Floor {
 impl Drop for Floor {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quartiles;
+
+    #[test]
+    fn quartiles_are_the_nearest_ranks_in_any_order() {
+        assert_eq!(
+            quartiles(vec![8.0, 1.0, 7.0, 2.0, 6.0, 3.0, 5.0, 4.0]),
+            (3.0, 7.0)
+        );
+        assert_eq!(quartiles(vec![1.5]), (1.5, 1.5));
+        assert_eq!(quartiles(vec![]), (0.0, 0.0));
     }
 }

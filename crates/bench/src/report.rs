@@ -243,8 +243,6 @@ impl Samples {
     }
 }
 
-/// The median of repeated samples of a time (the mean of the two middle ones for an even count);
-/// zero for none.
 /// The median of plain values (rates): the middle one, or the mean of the two middle ones.
 pub fn median_value(samples: &[f64]) -> f64 {
     let mut sorted = samples.to_vec();
@@ -256,6 +254,8 @@ pub fn median_value(samples: &[f64]) -> f64 {
     }
 }
 
+/// The median of repeated samples of a time (the mean of the two middle ones for an even count);
+/// zero for none.
 pub fn median(samples: &[Duration]) -> Duration {
     let mut sorted = samples.to_vec();
     sorted.sort_unstable();
