@@ -287,6 +287,27 @@ mod tests {
         assert_eq!(waiter.await.expect("worker task"), Some(7));
     }
 
+    /// How many reconciles ran at once, at most.
+    #[derive(Clone, Default)]
+    struct Overlap {
+        now: Arc<AtomicUsize>,
+        most: Arc<AtomicUsize>,
+    }
+
+    impl Overlap {
+        /// One reconcile's work: `took` long, counted while it runs.
+        async fn during(&self, took: Duration) {
+            let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(took).await;
+            self.now.fetch_sub(1, Ordering::SeqCst);
+        }
+
+        fn most(&self) -> usize {
+            self.most.load(Ordering::SeqCst)
+        }
+    }
+
     /// Each add wakes one idle worker: a burst of keys still reaches every idle worker (they run
     /// side by side), and no key is left waiting for a wake-up that went to a busy worker.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -294,21 +315,15 @@ mod tests {
         const KEYS: usize = 2_000;
         let queue = WorkQueue::new();
         let seen = Arc::new(Mutex::new(HashSet::new()));
-        let (in_flight, max_in_flight) =
-            (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let overlap = Overlap::default();
         let runner = {
-            let (queue, seen) = (queue.clone(), seen.clone());
-            let (in_flight, max_in_flight) = (in_flight.clone(), max_in_flight.clone());
+            let (queue, seen, overlap) = (queue.clone(), seen.clone(), overlap.clone());
             tokio::spawn(async move {
                 queue
                     .run(8, |key: usize| {
-                        let (seen, in_flight, max_in_flight) =
-                            (seen.clone(), in_flight.clone(), max_in_flight.clone());
+                        let (seen, overlap) = (seen.clone(), overlap.clone());
                         async move {
-                            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                            max_in_flight.fetch_max(now, Ordering::SeqCst);
-                            tokio::time::sleep(Duration::from_micros(200)).await;
-                            in_flight.fetch_sub(1, Ordering::SeqCst);
+                            overlap.during(Duration::from_micros(200)).await;
                             assert!(crate::sync::lock(&seen).insert(key), "{key} twice");
                             None
                         }
@@ -348,7 +363,7 @@ mod tests {
         queue.shutdown();
         runner.await.expect("runner");
         assert!(
-            max_in_flight.load(Ordering::SeqCst) > 1,
+            overlap.most() > 1,
             "one wake-up per key still puts several idle workers to work"
         );
     }
@@ -356,26 +371,16 @@ mod tests {
     #[tokio::test]
     async fn workers_never_process_one_key_concurrently() {
         let queue = WorkQueue::new();
-        let in_flight = Arc::new(AtomicUsize::new(0));
-        let max_in_flight = Arc::new(AtomicUsize::new(0));
+        let overlap = Overlap::default();
         let runs = Arc::new(AtomicUsize::new(0));
         let runner = {
-            let (queue, in_flight, max_in_flight, runs) = (
-                queue.clone(),
-                in_flight.clone(),
-                max_in_flight.clone(),
-                runs.clone(),
-            );
+            let (queue, overlap, runs) = (queue.clone(), overlap.clone(), runs.clone());
             tokio::spawn(async move {
                 queue
                     .run(4, |_key: &str| {
-                        let (in_flight, max_in_flight, runs) =
-                            (in_flight.clone(), max_in_flight.clone(), runs.clone());
+                        let (overlap, runs) = (overlap.clone(), runs.clone());
                         async move {
-                            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                            max_in_flight.fetch_max(now, Ordering::SeqCst);
-                            tokio::time::sleep(Duration::from_millis(5)).await;
-                            in_flight.fetch_sub(1, Ordering::SeqCst);
+                            overlap.during(Duration::from_millis(5)).await;
                             runs.fetch_add(1, Ordering::SeqCst);
                             None
                         }
@@ -393,7 +398,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(20)).await;
         queue.shutdown();
         runner.await.expect("runner");
-        assert_eq!(max_in_flight.load(Ordering::SeqCst), 1);
+        assert_eq!(overlap.most(), 1);
         let runs = runs.load(Ordering::SeqCst);
         assert!(
             (2..20).contains(&runs),
