@@ -2,7 +2,6 @@
 //! suite does to it: requests `concurrency` at a time, and its request counts by verb.
 
 use std::collections::BTreeMap;
-use std::ops::Range;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -65,18 +64,15 @@ pub fn bench_config() -> kube_sim::Config {
     }
 }
 
-/// Runs `op(i)` for each `i` of `range` with at most `concurrency` in flight; the first error
+/// Runs `op` on each of `items` with at most `concurrency` in flight; the first error
 /// stops it.
-pub async fn for_each_concurrent<F, Fut>(
-    range: Range<usize>,
-    concurrency: usize,
-    op: F,
-) -> Result<()>
+pub async fn for_each_concurrent<I, F, Fut>(items: I, concurrency: usize, op: F) -> Result<()>
 where
-    F: Fn(usize) -> Fut,
+    I: IntoIterator,
+    F: Fn(I::Item) -> Fut,
     Fut: std::future::Future<Output = Result<(), kube::Error>>,
 {
-    stream::iter(range)
+    stream::iter(items)
         .map(op)
         .buffer_unordered(concurrency)
         .try_collect::<Vec<()>>()

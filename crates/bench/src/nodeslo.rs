@@ -1,7 +1,9 @@
 //! NodeSLO controller at scale: N nodes (10,000 by default).
 //!
 //! - converge: controller start until every Node has its NodeSLO, against the floor of a bare
-//!   client creating N NodeSLOs with the same concurrency on a fresh kube-sim (target 1.3x);
+//!   client on a kube-sim holding the same N Nodes that lists their names (one metadata-only
+//!   request: it must learn which nodes exist, as the controller must) and creates their N
+//!   NodeSLOs with the same concurrency (target 1.3x);
 //! - fan-out: a ConfigMap change until all N NodeSLOs carry it, against the floor of a bare client
 //!   patching N NodeSLOs (same comparison);
 //! - both times, and their floors, the median of `--runs` runs;
@@ -16,7 +18,8 @@ use anyhow::{Context, Result, bail};
 use capstan_apis::slo::{NodeSlo, NodeSloSpec};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
@@ -71,14 +74,20 @@ async fn run_size(bin_dir: &Path, n: usize, c: usize) -> Result<Report> {
     // Floor: a bare client making the same writes (the specs the controller computes) with the
     // same concurrency, observed by the same completion watch, on its own kube-sim.
     let floor = Cluster::start(&scratch, "floor").await?;
+    create_nodes(&floor, n).await?;
     let slos: Api<NodeSlo> = Api::all(floor.client.clone());
     let default_spec = spec_with_threshold(None)?;
     let changed_spec = spec_with_threshold(Some(42))?;
     let created = wait_for_percent(&floor, n, 65);
     let started = Instant::now();
-    for_each_concurrent(0..n, c, |i| {
+    // Names are all the floor needs: a metadata-only list, the cheapest way to learn them.
+    let listed = Api::<Node>::all(floor.client.clone())
+        .list_metadata(&ListParams::default())
+        .await?;
+    let names: Vec<String> = listed.items.into_iter().map(|node| node.name_any()).collect();
+    for_each_concurrent(names, c, |name| {
         let slos = slos.clone();
-        let slo = NodeSlo::new(&node_name(i), default_spec.clone());
+        let slo = NodeSlo::new(&name, default_spec.clone());
         async move { slos.create(&PostParams::default(), &slo).await.map(drop) }
     })
     .await?;
@@ -109,16 +118,7 @@ async fn run_size(bin_dir: &Path, n: usize, c: usize) -> Result<Report> {
 
     // The controller on a kube-sim holding N Nodes.
     let cluster = Cluster::start(&scratch, "controller").await?;
-    let nodes: Api<Node> = Api::all(cluster.client.clone());
-    for_each_concurrent(0..n, 16, |i| {
-        let nodes = nodes.clone();
-        let node: Node = serde_json::from_value(
-            json!({"metadata": {"name": node_name(i), "labels": {"pool": format!("p{}", i % 4)}}}),
-        )
-        .expect("valid node");
-        async move { nodes.create(&PostParams::default(), &node).await.map(drop) }
-    })
-    .await?;
+    create_nodes(&cluster, n).await?;
     let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
     namespaces
         .create(
@@ -287,6 +287,20 @@ fn spec_with_threshold(percent: Option<i64>) -> Result<NodeSloSpec> {
         nodeslo_core::Decision::Create(spec) => Ok(spec),
         other => bail!("unexpected decision {other:?}"),
     }
+}
+
+/// The N Nodes both the floor and the controller start from.
+async fn create_nodes(cluster: &Cluster, n: usize) -> Result<()> {
+    let nodes: Api<Node> = Api::all(cluster.client.clone());
+    for_each_concurrent(0..n, 16, |i| {
+        let nodes = nodes.clone();
+        let node: Node = serde_json::from_value(
+            json!({"metadata": {"name": node_name(i), "labels": {"pool": format!("p{}", i % 4)}}}),
+        )
+        .expect("valid node");
+        async move { nodes.create(&PostParams::default(), &node).await.map(drop) }
+    })
+    .await
 }
 
 fn node_name(i: usize) -> String {
