@@ -25,6 +25,7 @@ use serde_json::json;
 
 use crate::cluster::{Cluster, Controller, by_verb, by_write, for_each_concurrent};
 use crate::report::{Report, Samples, ScalePoint, Series, since};
+use kube_sim::accounting::RequestStats;
 
 /// The binary under test, also its User-Agent product in kube-sim's accounting.
 const CONTROLLER: &str = "nodeslo-controller";
@@ -59,21 +60,73 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<Report> {
         let mut repeated = Vec::new();
         for run in 1..=runs {
             eprintln!("nodeslo bench: run {run}/{runs}");
-            repeated.push(run_size(bin_dir, n, args.concurrency).await?);
+            // Whichever goes first also pays the process's first touch of the memory both
+            // kube-sims use (visible at 50,000 nodes): the order alternates from run to run.
+            let order = if run % 2 == 1 {
+                Order::FloorFirst
+            } else {
+                Order::ControllerFirst
+            };
+            repeated.push(run_size(bin_dir, n, args.concurrency, order).await?);
         }
         reports.push((n, Report::median_of(repeated)));
     }
     Ok(Report::merge_sizes(reports, "nodes"))
 }
 
-async fn run_size(bin_dir: &Path, n: usize, c: usize) -> Result<Report> {
+#[derive(Clone, Copy, Debug)]
+enum Order {
+    FloorFirst,
+    ControllerFirst,
+}
+
+/// What the floor took: to create every NodeSLO (and its curve), and to patch every one.
+struct FloorRun {
+    create: Duration,
+    curve: Vec<(f64, usize)>,
+    update: Duration,
+}
+
+/// What the controller took and did, phase by phase.
+struct ControllerRun {
+    create: Duration,
+    curve: Vec<(f64, usize)>,
+    create_writes: u64,
+    create_requests: RequestStats,
+    update: Duration,
+    update_requests: RequestStats,
+    update_writes: u64,
+    record_writes: u64,
+    steady_writes: u64,
+    peak_rss: u64,
+}
+
+async fn run_size(bin_dir: &Path, n: usize, c: usize, order: Order) -> Result<Report> {
     let scratch = std::env::temp_dir().join(format!("capstan-bench-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
-    eprintln!("nodeslo bench: {n} nodes, concurrency {c}");
+    eprintln!("nodeslo bench: {n} nodes, concurrency {c}, {order:?}");
+    let (floor, run) = match order {
+        Order::FloorFirst => {
+            let floor = floor_run(&scratch, n, c).await?;
+            (floor, controller_run(bin_dir, &scratch, n, c).await?)
+        }
+        Order::ControllerFirst => {
+            let run = controller_run(bin_dir, &scratch, n, c).await?;
+            (floor_run(&scratch, n, c).await?, run)
+        }
+    };
+    let _ = std::fs::remove_dir_all(&scratch);
+    eprintln!(
+        "nodeslo bench: converge {:.3?} (floor {:.3?}), config change {:.3?} (floor {:.3?})",
+        run.create, floor.create, run.update, floor.update
+    );
+    Ok(report(n, c, floor, run))
+}
 
-    // Floor: a bare client making the same writes (the specs the controller computes) with the
-    // same concurrency, observed by the same completion watch, on its own kube-sim.
-    let floor = Cluster::start(&scratch, "floor").await?;
+/// A bare client making the same writes (the specs the controller computes) with the same
+/// concurrency, observed by the same completion watch, on its own kube-sim holding the N Nodes.
+async fn floor_run(scratch: &Path, n: usize, c: usize) -> Result<FloorRun> {
+    let floor = Cluster::start(scratch, "floor").await?;
     create_nodes(&floor, n).await?;
     let slos: Api<NodeSlo> = Api::all(floor.client.clone());
     let default_spec = spec_with_threshold(None)?;
@@ -84,7 +137,11 @@ async fn run_size(bin_dir: &Path, n: usize, c: usize) -> Result<Report> {
     let listed = Api::<Node>::all(floor.client.clone())
         .list_metadata(&ListParams::default())
         .await?;
-    let names: Vec<String> = listed.items.into_iter().map(|node| node.name_any()).collect();
+    let names: Vec<String> = listed
+        .items
+        .into_iter()
+        .map(|node| node.name_any())
+        .collect();
     for_each_concurrent(names, c, |name| {
         let slos = slos.clone();
         let slo = NodeSlo::new(&name, default_spec.clone());
@@ -113,11 +170,21 @@ async fn run_size(bin_dir: &Path, n: usize, c: usize) -> Result<Report> {
     })
     .await?;
     updated.flatten().await?;
-    let floor_update = started.elapsed();
-    drop(floor);
+    Ok(FloorRun {
+        create: floor_create,
+        curve: floor_curve,
+        update: started.elapsed(),
+    })
+}
 
-    // The controller on a kube-sim holding N Nodes.
-    let cluster = Cluster::start(&scratch, "controller").await?;
+/// The controller started on a kube-sim holding the N Nodes, then a config change, then quiet.
+async fn controller_run(
+    bin_dir: &Path,
+    scratch: &Path,
+    n: usize,
+    c: usize,
+) -> Result<ControllerRun> {
+    let cluster = Cluster::start(scratch, "controller").await?;
     create_nodes(&cluster, n).await?;
     let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
     namespaces
@@ -188,8 +255,38 @@ async fn run_size(bin_dir: &Path, n: usize, c: usize) -> Result<Report> {
     let steady_writes = cluster.writes() - writes_before;
     let peak_rss = controller.peak_rss()?;
     controller.stop().await?;
-    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(ControllerRun {
+        create: controller_create,
+        curve: controller_curve,
+        create_writes,
+        create_requests,
+        update: controller_update,
+        update_requests,
+        update_writes,
+        record_writes,
+        steady_writes,
+        peak_rss,
+    })
+}
 
+fn report(n: usize, c: usize, floor: FloorRun, run: ControllerRun) -> Report {
+    let ControllerRun {
+        create: controller_create,
+        curve: controller_curve,
+        create_writes,
+        create_requests,
+        update: controller_update,
+        update_requests,
+        update_writes,
+        record_writes,
+        steady_writes,
+        peak_rss,
+    } = run;
+    let FloorRun {
+        create: floor_create,
+        curve: floor_curve,
+        update: floor_update,
+    } = floor;
     let mut report = Report::new(format!("nodeslo-controller, {n} nodes, concurrency {c}"));
     report.ratio(
         "converge (create all NodeSLOs)",
@@ -263,7 +360,7 @@ async fn run_size(bin_dir: &Path, n: usize, c: usize) -> Result<Report> {
         requests: create_requests.total(),
         peak_rss_mib: peak_rss as f64 / 1048576.0,
     });
-    Ok(report)
+    report
 }
 
 /// The spec the controller writes for an unlabelled node, optionally with the cluster's
