@@ -17,6 +17,7 @@ pub mod error;
 pub mod io;
 pub mod machine;
 pub mod metrics;
+pub mod node_cache;
 pub mod secret;
 
 use std::collections::BTreeSet;
@@ -31,7 +32,7 @@ use anyhow::Context as _;
 use capstan_apis::machine::{Machine, MachineClass, NODE_LABEL_MACHINE_NAME};
 use capstan_runtime::backoff::BackoffConfig;
 use capstan_runtime::controller::{
-    Binary, Gates, Reconciler, RetryPolicy, reflect, reflect_own_writes, watch_events,
+    Binary, Gates, Reconciler, RetryPolicy, reflect, reflect_own_writes_trimmed, watch_events,
 };
 use capstan_runtime::events::EventPublisher;
 use capstan_runtime::metrics::ControllerMetrics;
@@ -225,8 +226,12 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
     let (secret_store, secret_stream) = reflect(secrets_api, watcher::Config::default());
     let own_writes_ttl = own_writes::DEFAULT_TTL;
     let own_machines = Arc::new(OwnWrites::new(machine_store.clone(), own_writes_ttl));
-    let (own_nodes, node_stream) =
-        reflect_own_writes(nodes_api, watcher::Config::default(), own_writes_ttl);
+    let (own_nodes, node_stream) = reflect_own_writes_trimmed(
+        nodes_api,
+        watcher::Config::default(),
+        own_writes_ttl,
+        node_cache::keep_what_decisions_read,
+    );
     let node_store = own_nodes.store().clone();
     let (machine_tx, machine_rx) = unbounded_channel::<ObjectRef<Machine>>();
     let (class_tx, class_rx) = unbounded_channel::<ObjectRef<MachineClass>>();

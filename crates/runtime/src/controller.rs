@@ -402,7 +402,10 @@ where
     K: Watched,
 {
     let (store, writer) = kube::runtime::reflector::store();
-    (store, reflect_observed(writer, api, config, |_| {}))
+    (
+        store,
+        reflect_observed(writer, api, config, keep_all, |_| {}),
+    )
 }
 
 /// [`reflect`], with this process's own writes standing in for the cached objects until the
@@ -419,19 +422,41 @@ pub fn reflect_own_writes<K>(
 where
     K: Watched,
 {
+    reflect_own_writes_trimmed(api, config, ttl, keep_all)
+}
+
+/// [`reflect_own_writes`], caching each watched object as `trim` leaves it: a controller that
+/// caches every object of a large kind keeps only the fields its decisions read.
+pub fn reflect_own_writes_trimmed<K>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+    ttl: Duration,
+    trim: fn(&mut K),
+) -> (
+    Arc<OwnWrites<K>>,
+    impl Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + use<K>,
+)
+where
+    K: Watched,
+{
     let (store, writer) = kube::runtime::reflector::store();
     let own = Arc::new(OwnWrites::new(store, ttl));
     let observer = own.clone();
-    let stream = reflect_observed(writer, api, config, move |event| observer.observe(event));
+    let stream = reflect_observed(writer, api, config, trim, move |event| {
+        observer.observe(event)
+    });
     (own, stream)
 }
 
-/// [`reflect`] into the store of `writer`, showing every watch event to `observe` once the store
-/// has it (for example an [`OwnWrites`] over that store).
+fn keep_all<K>(_: &mut K) {}
+
+/// [`reflect`] into the store of `writer`, each object as `trim` leaves it, showing every watch
+/// event to `observe` once the store has it (for example an [`OwnWrites`] over that store).
 pub fn reflect_observed<K, F>(
     writer: kube::runtime::reflector::store::Writer<K>,
     api: kube::Api<K>,
     config: kube::runtime::watcher::Config,
+    trim: fn(&mut K),
     observe: F,
 ) -> impl Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + use<K, F>
 where
@@ -439,7 +464,7 @@ where
     F: Fn(&kube::runtime::watcher::Event<K>) + Send + 'static,
 {
     use kube::runtime::{WatchStreamExt, reflector};
-    reflector::reflector(writer, watch_events(api, config))
+    reflector::reflector(writer, watch_events(api, config).modify(trim))
         .inspect_ok(observe)
         .touched_objects()
 }
