@@ -425,8 +425,9 @@ where
     reflect_own_writes_trimmed(api, config, ttl, keep_all)
 }
 
-/// [`reflect_own_writes`], caching each watched object as `trim` leaves it: a controller that
-/// caches every object of a large kind keeps only the fields its decisions read.
+/// [`reflect_own_writes`], caching each watched object, and each stand-in a write returns, as
+/// `trim` leaves it: a controller that caches every object of a large kind keeps only the fields
+/// its decisions read.
 pub fn reflect_own_writes_trimmed<K>(
     api: kube::Api<K>,
     config: kube::runtime::watcher::Config,
@@ -440,7 +441,7 @@ where
     K: Watched,
 {
     let (store, writer) = kube::runtime::reflector::store();
-    let own = Arc::new(OwnWrites::new(store, ttl));
+    let own = Arc::new(OwnWrites::trimmed(store, ttl, trim));
     let observer = own.clone();
     let stream = reflect_observed(writer, api, config, trim, move |event| {
         observer.observe(event)

@@ -58,6 +58,9 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(2);
 pub struct OwnWrites<K: Resource<DynamicType = ()> + Clone + 'static> {
     store: Store<K>,
     ttl: Duration,
+    /// Applied to what a write returns, as the reflector applies it to watched objects: a
+    /// stand-in holds what the cache would.
+    trim: fn(&mut K),
     state: Mutex<State<K>>,
 }
 
@@ -77,9 +80,16 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<K> {
     /// `store`: the reflector's; `ttl`: how long a stand-in may last at most (the watch brings a
     /// write back in milliseconds; this bounds the damage of anything unforeseen).
     pub fn new(store: Store<K>, ttl: Duration) -> Self {
+        Self::trimmed(store, ttl, |_| {})
+    }
+
+    /// [`OwnWrites::new`] over a store whose reflector applies `trim` to each object: what a write
+    /// returns is trimmed alike before it stands in (and before the writer gets it back).
+    pub fn trimmed(store: Store<K>, ttl: Duration, trim: fn(&mut K)) -> Self {
         Self {
             store,
             ttl,
+            trim,
             state: Mutex::new(State {
                 stand_ins: HashMap::new(),
                 in_flight: HashMap::new(),
@@ -106,7 +116,8 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<K> {
         let result = write.await;
         let mut state = lock(&self.state);
         match result {
-            Ok(written) => {
+            Ok(mut written) => {
+                (self.trim)(&mut written);
                 let written = Arc::new(written);
                 let echoed = state.in_flight.get(&k).is_some_and(|f| {
                     f.delivered
@@ -434,6 +445,30 @@ mod tests {
             rv(cache.own.get(&ObjectRef::new("b").within("ns"))),
             "absent"
         );
+    }
+
+    #[tokio::test]
+    async fn a_stand_in_is_trimmed_as_the_cache_trims_watched_objects() {
+        fn drop_data(cm: &mut ConfigMap) {
+            cm.data = None;
+        }
+        let own = OwnWrites::trimmed(
+            Writer::default().as_reader(),
+            Duration::from_secs(60),
+            drop_data,
+        );
+        let mut answer = cm("a", "7");
+        answer.data = Some([("big".to_string(), "value".to_string())].into());
+        let written = own
+            .write(&cm("a", "6"), async { Ok::<_, Infallible>(answer) })
+            .await
+            .expect("written");
+        assert_eq!(written.data, None, "the writer gets what the cache holds");
+        let stand_in = own
+            .get(&ObjectRef::new("a").within("ns"))
+            .expect("stands in");
+        assert_eq!(rv(Some(stand_in.clone())), "7");
+        assert_eq!(stand_in.data, None);
     }
 
     #[tokio::test]
