@@ -51,11 +51,16 @@ impl RequestKey {
 
 /// The product part of a user agent (`kubectl/v1.33.0 (linux/amd64)` -> `kubectl`).
 pub fn client_name(user_agent: &str) -> String {
+    client_name_of(user_agent).to_string()
+}
+
+/// [`client_name`], borrowed from the user agent.
+fn client_name_of(user_agent: &str) -> &str {
     let name = user_agent.split('/').next().unwrap_or("").trim();
-    if name.is_empty() {
-        "unknown".into()
-    } else {
-        name.chars().take(64).collect()
+    match name.char_indices().nth(64) {
+        _ if name.is_empty() => "unknown",
+        Some((end, _)) => &name[..end],
+        None => name,
     }
 }
 
@@ -123,16 +128,50 @@ impl RequestStats {
 }
 
 /// The live counters of one server: hashed, as every request counts itself here; ordered only
-/// when read.
+/// when read. Each label set is found by its labels joined in a buffer the thread keeps, so
+/// counting a request whose labels were seen before allocates nothing.
 #[derive(Debug, Default)]
 pub struct RequestCounters {
-    counts: Mutex<foldhash::HashMap<RequestKey, u64>>,
+    counts: Mutex<foldhash::HashMap<Box<str>, (RequestKey, u64)>>,
 }
 
 impl RequestCounters {
-    pub fn record(&self, key: RequestKey) {
-        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        *c.entry(key).or_insert(0) += 1;
+    /// Counts one answered request.
+    pub fn record(&self, info: &RequestInfo, user_agent: &str, user: &str, code: u16) {
+        thread_local! {
+            static JOINED: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+        }
+        let path = if info.is_resource_request {
+            ""
+        } else {
+            info.path.as_str()
+        };
+        let client = client_name_of(user_agent);
+        JOINED.with_borrow_mut(|joined| {
+            joined.clear();
+            // NUL appears in none of the labels (paths and header values cannot hold it).
+            for label in [
+                info.verb.as_str(),
+                &info.api_group,
+                &info.resource,
+                &info.subresource,
+                path,
+                client,
+                user,
+            ] {
+                joined.push_str(label);
+                joined.push('\0');
+            }
+            let _ = write!(joined, "{code}");
+            let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+            match c.get_mut(joined.as_str()) {
+                Some((_, n)) => *n += 1,
+                None => {
+                    let key = RequestKey::new(info, user_agent, user, code);
+                    c.insert(joined.as_str().into(), (key, 1));
+                }
+            }
+        });
     }
 
     pub fn snapshot(&self) -> RequestStats {
@@ -141,7 +180,7 @@ impl RequestCounters {
                 .counts
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .iter()
+                .values()
                 .map(|(k, n)| (k.clone(), *n))
                 .collect(),
         }
@@ -192,24 +231,21 @@ pub fn render_prometheus(stats: &RequestStats) -> String {
 mod tests {
     use super::*;
 
-    fn key(method: &str, path: &str, code: u16) -> RequestKey {
-        RequestKey::new(
-            &RequestInfo::parse(method, path, None),
-            "my-ctl/1.0 (linux)",
-            "",
-            code,
-        )
+    /// Counts one request of `my-ctl` as the server does.
+    fn count(c: &RequestCounters, method: &str, path: &str, code: u16) {
+        let info = RequestInfo::parse(method, path, None);
+        c.record(&info, "my-ctl/1.0 (linux)", "", code);
     }
 
     #[test]
     fn counts_by_verb_resource_and_code() {
         let c = RequestCounters::default();
-        c.record(key("GET", "/api/v1/namespaces/a/pods", 200));
-        c.record(key("GET", "/api/v1/namespaces/b/pods", 200));
-        c.record(key("POST", "/api/v1/namespaces/a/pods", 201));
-        c.record(key("POST", "/api/v1/namespaces/a/pods", 409));
-        c.record(key("PATCH", "/api/v1/namespaces/a/pods/p/status", 200));
-        c.record(key("GET", "/version", 200));
+        count(&c, "GET", "/api/v1/namespaces/a/pods", 200);
+        count(&c, "GET", "/api/v1/namespaces/b/pods", 200);
+        count(&c, "POST", "/api/v1/namespaces/a/pods", 201);
+        count(&c, "POST", "/api/v1/namespaces/a/pods", 409);
+        count(&c, "PATCH", "/api/v1/namespaces/a/pods/p/status", 200);
+        count(&c, "GET", "/version", 200);
         let s = c.snapshot();
         assert_eq!(s.total(), 6);
         assert_eq!(s.count("list", "pods"), 2);
@@ -226,7 +262,7 @@ mod tests {
             Some(1)
         );
         let later = {
-            c.record(key("DELETE", "/api/v1/namespaces/a/pods/p", 200));
+            count(&c, "DELETE", "/api/v1/namespaces/a/pods/p", 200);
             c.snapshot()
         };
         assert_eq!(later.since(&s).total(), 1);
@@ -238,8 +274,8 @@ mod tests {
     #[test]
     fn prometheus_exposition() {
         let c = RequestCounters::default();
-        c.record(key("POST", "/apis/apps/v1/namespaces/a/deployments", 201));
-        c.record(key("POST", "/apis/apps/v1/namespaces/a/deployments", 201));
+        count(&c, "POST", "/apis/apps/v1/namespaces/a/deployments", 201);
+        count(&c, "POST", "/apis/apps/v1/namespaces/a/deployments", 201);
         let text = c.prometheus_text();
         assert!(text.contains("# TYPE apiserver_request_total counter\n"));
         assert!(text.contains(
@@ -255,5 +291,26 @@ mod tests {
         );
         assert_eq!(client_name(""), "unknown");
         assert_eq!(client_name("plain"), "plain");
+        let long = "é".repeat(70);
+        assert_eq!(
+            client_name(&long),
+            "é".repeat(64),
+            "64 characters, not bytes"
+        );
+    }
+
+    #[test]
+    fn each_label_set_is_its_own_counter() {
+        let c = RequestCounters::default();
+        let info = RequestInfo::parse("GET", "/api/v1/namespaces/a/pods", None);
+        c.record(&info, "a/1", "alice", 200);
+        c.record(&info, "a/2", "alice", 200);
+        c.record(&info, "a/1", "bob", 200);
+        c.record(&info, "b/1", "alice", 200);
+        c.record(&info, "a/1", "alice", 500);
+        let s = c.snapshot();
+        assert_eq!(s.counts.len(), 4, "{s:?}");
+        let alice_a = s.count_where(|k| k.client == "a" && k.user == "alice" && k.code == 200);
+        assert_eq!(alice_a, 2, "one client across its versions");
     }
 }

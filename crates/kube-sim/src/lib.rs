@@ -11,9 +11,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! How a request flows: `server` runs an axum router whose `testbed` middleware parses the URL
-//! once into a `request_info::RequestInfo` (kube-apiserver's), authenticates (`auth`),
-//! authorizes (`rbac`), counts (`accounting`) and injects faults (`faults`); `http` then serves
+//! How a request flows: `server` runs an axum router whose one handler, in `testbed`, parses the
+//! URL once into a `request_info::RequestInfo` (kube-apiserver's), authenticates (`auth`),
+//! authorizes (`rbac`), counts (`accounting`) and injects faults (`faults`); `http::stream`
+//! serves pod logs, exec, attach and port-forward, and `http` every other request: it serves
 //! discovery and OpenAPI or looks the resource up in the `registry` (built-ins plus CRDs) and runs
 //! the verb in `cluster` under the lock in `shared`: `schema` (CRD pruning/defaulting/
 //! validation), `defaults` (built-in kinds), `patch` (JSON, merge, strategic), `apply`

@@ -1,7 +1,6 @@
 //! Lifecycle of one in-process server: bind, serve, hand out URL/kubeconfig/client, shut down.
 
 use crate::cluster::Cluster;
-use crate::http::dispatch;
 use crate::shared::{Shared, WatchEnd};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -111,9 +110,6 @@ impl KubeSim {
             config.bookmark_interval,
         ));
         let shutdown = shared.shutdown.clone();
-        let app = axum::Router::new()
-            .fallback(dispatch)
-            .with_state(shared.clone());
         let tls = if config.tls {
             Some(Arc::new(crate::tls::TlsMaterial::generate(addr.ip())?))
         } else {
@@ -124,9 +120,7 @@ impl KubeSim {
             config.workloads.root_ca = tls.ca_pem.clone();
         }
         let testbed = crate::testbed::Testbed::start(&config, shared.clone())?;
-        // Pod logs, exec, attach and port-forward are served by the kubelet side (http/stream.rs).
-        let app = crate::http::stream::wrap(app, shared.clone(), testbed.kubelet.clone());
-        let app = testbed.wrap(app);
+        let app = testbed.router();
         let task = match &tls {
             Some(tls) => tokio::spawn(serve(tls.listener(listener), app, shutdown)),
             None => {

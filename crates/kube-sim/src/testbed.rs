@@ -1,6 +1,6 @@
-//! The testbed layer in front of the API: request accounting, fault injection and the admin
-//! endpoints (`/metrics`, `/_sim/...`), as one axum middleware around the request pipeline, plus
-//! the `KubeSim` methods that drive them from a test.
+//! The testbed in front of the API: request accounting, fault injection and the admin endpoints
+//! (`/metrics`, `/_sim/...`), checked by the router's one handler before the request pipeline,
+//! plus the `KubeSim` methods that drive them from a test.
 //!
 //! Admin endpoints (JSON):
 //! - `GET|POST|DELETE /_sim/faults`: read, replace (a [`FaultConfig`]) or clear the faults;
@@ -11,7 +11,7 @@
 //! - `POST /_sim/nodes` `{"name": "n1", "labels": {...}}` adds a Ready, heartbeating node;
 //!   `PUT /_sim/nodes/<name>` `{"ready": false}` stops (or restarts) its kubelet.
 
-use crate::accounting::{RequestCounters, RequestKey, RequestStats};
+use crate::accounting::{RequestCounters, RequestStats};
 use crate::auth::Authenticator;
 use crate::error::ApiError;
 use crate::faults::{FaultConfig, FaultInjector};
@@ -21,7 +21,6 @@ use crate::shared::{Shared, WatchEnd};
 use crate::workloads::{Nodes, WorkloadError};
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::middleware::Next;
 use axum::response::Response;
 use futures::StreamExt;
 use http::{Method, StatusCode, header};
@@ -82,12 +81,11 @@ impl Testbed {
         Ok(tb)
     }
 
-    /// Wraps the API router with the testbed middleware.
-    pub fn wrap(self: &Arc<Self>, app: axum::Router) -> axum::Router {
-        app.layer(axum::middleware::from_fn_with_state(
-            self.clone(),
-            middleware,
-        ))
+    /// The server's router: every request goes to [`handle`].
+    pub fn router(self: &Arc<Self>) -> axum::Router {
+        axum::Router::new()
+            .fallback(handle)
+            .with_state(self.clone())
     }
 
     /// The `user:` entry of the generated kubeconfig (the admin token when authentication is on).
@@ -355,8 +353,11 @@ async fn admin(tb: &Testbed, method: &Method, path: &str, body: Bytes) -> Respon
 
 const MAX_ADMIN_BODY: usize = 1024 * 1024;
 
-async fn middleware(State(tb): State<Arc<Testbed>>, mut req: Request, next: Next) -> Response {
-    let path = req.uri().path().to_string();
+/// The one entry point of every request: the testbed's endpoints and checks, then the pod
+/// streams or the API pipeline ([`crate::http::stream::serve`]). Plain calls rather than axum
+/// middleware layers, which cost a boxed future and a service clone per request per layer.
+async fn handle(State(tb): State<Arc<Testbed>>, req: Request) -> Response {
+    let path = req.uri().path();
     let query = req.uri().query().map(String::from);
     if path == "/metrics" && req.method() == Method::GET {
         let mut r = Response::new(Body::from(tb.counters.prometheus_text()));
@@ -380,11 +381,12 @@ async fn middleware(State(tb): State<Arc<Testbed>>, mut req: Request, next: Next
                 Err(e) => return status_response(&e),
             };
             if !user.in_group("system:masters") {
-                let info = RequestInfo::parse(req.method().as_str(), &path, query.as_deref());
+                let info = RequestInfo::parse(req.method().as_str(), path, query.as_deref());
                 return status_response(&rbac::forbidden(&user, &info));
             }
         }
         let method = req.method().clone();
+        let path = path.to_string();
         let body = match axum::body::to_bytes(req.into_body(), MAX_ADMIN_BODY).await {
             Ok(b) => b,
             Err(e) => return status_response(&ApiError::bad_request(e.to_string())),
@@ -394,36 +396,29 @@ async fn middleware(State(tb): State<Arc<Testbed>>, mut req: Request, next: Next
     if tb.faults.partitioned() {
         return dropped_connection();
     }
-    let info = RequestInfo::parse(req.method().as_str(), &path, query.as_deref());
-    // Parsed once: the API handler reads it from here.
-    req.extensions_mut().insert(info.clone());
-    let user_agent = req
-        .headers()
-        .get(header::USER_AGENT)
+    let info = RequestInfo::parse(req.method().as_str(), path, query.as_deref());
+    // A header value shares the request's bytes: kept past the request without a copy.
+    let user_agent = req.headers().get(header::USER_AGENT).cloned();
+    let user_agent = user_agent
+        .as_ref()
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
+        .unwrap_or("");
     let user = match authenticate(&tb, &req) {
         Ok(u) => u,
         Err(e) => {
             let resp = status_response(&e);
-            tb.counters
-                .record(RequestKey::new(&info, &user_agent, "", e.code));
+            tb.counters.record(&info, user_agent, "", e.code);
             return resp;
         }
     };
     let user_name = if tb.auth.enabled() {
-        user.name.clone()
+        user.name.as_str()
     } else {
-        String::new()
+        ""
     };
-    let resp = respond(&tb, &info, query.as_deref(), &user, req, next).await;
-    tb.counters.record(RequestKey::new(
-        &info,
-        &user_agent,
-        &user_name,
-        resp.status().as_u16(),
-    ));
+    let resp = respond(&tb, &info, query.as_deref(), &user, req).await;
+    tb.counters
+        .record(&info, user_agent, user_name, resp.status().as_u16());
     resp
 }
 
@@ -520,7 +515,6 @@ async fn respond(
     query: Option<&str>,
     user: &UserInfo,
     req: Request,
-    next: Next,
 ) -> Response {
     if tb.auth.rbac && !rbac::allowed(&tb.shared.lock().store, user, info) {
         return status_response(&rbac::forbidden(user, info));
@@ -544,7 +538,7 @@ async fn respond(
     } else if decision.watch_gone {
         watch_gone(query)
     } else {
-        let r = next.run(req).await;
+        let r = crate::http::stream::serve(&tb.shared, &tb.kubelet, req, info).await;
         if info.verb == "watch" && r.status() == StatusCode::OK {
             let (events, age) = tb.faults.watch_limits();
             limit_watch(r, events, age)

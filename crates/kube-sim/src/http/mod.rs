@@ -21,7 +21,7 @@ use crate::selectors::{FieldSelector, LabelSelector};
 use crate::shared::Shared;
 use crate::validation::{Decoded, decode_json};
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, Method, StatusCode, header};
 use serde_json::{Value, json};
@@ -107,12 +107,11 @@ impl Target {
     }
 }
 
-fn accept(headers: &HeaderMap) -> String {
+fn accept(headers: &HeaderMap) -> &str {
     headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
-        .to_string()
 }
 
 fn wants_table(accept: &str) -> bool {
@@ -129,10 +128,10 @@ fn wants_partial(accept: &str) -> bool {
         .is_some_and(|first| first.contains("as=PartialObjectMetadata"))
 }
 
-/// The single entry point of every request.
-pub async fn dispatch(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+/// The API pipeline every request but a pod stream's goes through, `ri` being what the request
+/// asks for (parsed once, by the testbed in front).
+pub async fn dispatch(shared: &Arc<Shared>, req: Request, ri: &RequestInfo) -> Response {
     let (parts, body) = req.into_parts();
-    let path = parts.uri.path().to_string();
     let query = Query::parse(parts.uri.query());
     let body = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
@@ -144,12 +143,8 @@ pub async fn dispatch(State(shared): State<Arc<Shared>>, req: Request) -> Respon
             ));
         }
     };
-    tracing::debug!(method = %parts.method, %path, "request");
-    let ri = match parts.extensions.get::<RequestInfo>() {
-        Some(ri) => ri.clone(),
-        None => RequestInfo::parse(parts.method.as_str(), &path, parts.uri.query()),
-    };
-    let response = match route(&shared, &ri, &parts.method, &query, &parts.headers, &body) {
+    tracing::debug!(method = %parts.method, path = %ri.path, "request");
+    let response = match route(shared, ri, &parts.method, &query, &parts.headers, &body) {
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
@@ -173,7 +168,35 @@ fn route(
     body: &Bytes,
 ) -> Result<Response, ApiError> {
     let accept = accept(headers);
-    let path = ri.path.as_str();
+    if !ri.is_resource_request {
+        return non_resource_request(shared, ri.path.as_str(), accept);
+    }
+    // Served: `resource`, `resource/name` and `resource/name/subresource`, nothing deeper.
+    if ri.parts.len() > 3 {
+        return Err(ApiError::resource_not_found());
+    }
+    let rp = Target::of(ri);
+    let registry = shared.registry();
+    let info = registry
+        .lookup(&ri.api_group, &ri.api_version, &ri.resource)
+        .ok_or_else(ApiError::resource_not_found)?;
+    if info.namespaced && rp.namespace.is_none() && rp.name.is_some() {
+        return Err(ApiError::resource_not_found());
+    }
+    if let Some(sub) = &rp.sub
+        && !info.subresources.contains(sub)
+    {
+        return Err(ApiError::resource_not_found());
+    }
+    resource_request(shared, info, &rp, method, query, headers, body, accept)
+}
+
+/// Discovery, OpenAPI, version and health: the paths that name no resource.
+fn non_resource_request(
+    shared: &Arc<Shared>,
+    path: &str,
+    accept: &str,
+) -> Result<Response, ApiError> {
     match path {
         "/version" | "/version/" => return Ok(json_response(200, &discovery::version())),
         "/healthz" | "/livez" | "/readyz" => {
@@ -183,8 +206,8 @@ fn route(
                 "text/plain; charset=utf-8",
             ));
         }
-        "/api" | "/api/" | "/apis" | "/apis/" if discovery::wants_aggregated(&accept).is_some() => {
-            let media = discovery::wants_aggregated(&accept).unwrap_or("application/json");
+        "/api" | "/api/" | "/apis" | "/apis/" if discovery::wants_aggregated(accept).is_some() => {
+            let media = discovery::wants_aggregated(accept).unwrap_or("application/json");
             let core = path.trim_end_matches('/') == "/api";
             let mut doc = discovery::aggregated(&shared.registry(), core);
             if media.contains("v2beta1") {
@@ -239,41 +262,17 @@ fn route(
     }
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segs.as_slice() {
-        ["api", v] => {
-            return discovery::resource_list(&shared.registry(), "", v)
-                .map(|d| json_response(200, &d))
-                .ok_or_else(ApiError::resource_not_found);
-        }
-        ["apis", g] => {
-            return discovery::api_group(&shared.registry(), g)
-                .map(|d| json_response(200, &d))
-                .ok_or_else(ApiError::resource_not_found);
-        }
-        ["apis", g, v] => {
-            return discovery::resource_list(&shared.registry(), g, v)
-                .map(|d| json_response(200, &d))
-                .ok_or_else(ApiError::resource_not_found);
-        }
-        _ => {}
+        ["api", v] => discovery::resource_list(&shared.registry(), "", v)
+            .map(|d| json_response(200, &d))
+            .ok_or_else(ApiError::resource_not_found),
+        ["apis", g] => discovery::api_group(&shared.registry(), g)
+            .map(|d| json_response(200, &d))
+            .ok_or_else(ApiError::resource_not_found),
+        ["apis", g, v] => discovery::resource_list(&shared.registry(), g, v)
+            .map(|d| json_response(200, &d))
+            .ok_or_else(ApiError::resource_not_found),
+        _ => Err(ApiError::resource_not_found()),
     }
-    // Served: `resource`, `resource/name` and `resource/name/subresource`, nothing deeper.
-    if !ri.is_resource_request || ri.parts.len() > 3 {
-        return Err(ApiError::resource_not_found());
-    }
-    let rp = Target::of(ri);
-    let registry = shared.registry();
-    let info = registry
-        .lookup(&ri.api_group, &ri.api_version, &ri.resource)
-        .ok_or_else(ApiError::resource_not_found)?;
-    if info.namespaced && rp.namespace.is_none() && rp.name.is_some() {
-        return Err(ApiError::resource_not_found());
-    }
-    if let Some(sub) = &rp.sub
-        && !info.subresources.contains(sub)
-    {
-        return Err(ApiError::resource_not_found());
-    }
-    resource_request(shared, info, &rp, method, query, headers, body, &accept)
 }
 
 fn decode_body(headers: &HeaderMap, body: &Bytes) -> Result<Decoded, ApiError> {

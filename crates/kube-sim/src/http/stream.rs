@@ -1,33 +1,43 @@
 //! The pod subresources a kubelet serves through kube-apiserver: `pods/log` (plain or `follow`
 //! streaming), `pods/exec` and `pods/attach` (WebSocket channel protocols, see `exec`),
 //! `pods/portforward` (SPDY or WebSocket, see `portforward`).
-//! A middleware in front of the request pipeline, so that the pipeline stays request/response.
+//! Taken before the request pipeline (`dispatch`), so that the pipeline stays request/response.
 
 use crate::error::ApiError;
 use crate::http::{Query, Shared};
 use crate::kubelet::Kubelet;
 use crate::kubelet::logs::{self, LogRequest};
+use crate::request_info::RequestInfo;
 use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::Response;
 use http::{Method, header};
 use serde_json::Value;
 use std::sync::Arc;
 
-pub struct StreamState {
-    shared: Arc<Shared>,
-    kubelet: Arc<Kubelet>,
-}
-
-/// Puts the pod streaming subresources in front of `app`.
-pub fn wrap(app: axum::Router, shared: Arc<Shared>, kubelet: Arc<Kubelet>) -> axum::Router {
-    let state = Arc::new(StreamState { shared, kubelet });
-    app.layer(axum::middleware::from_fn_with_state(state, middleware))
+/// Serves a request the API server hands to a kubelet (a pod's log, exec, attach or
+/// port-forward); any other goes to the API pipeline, [`super::dispatch`].
+pub async fn serve(
+    shared: &Arc<Shared>,
+    kubelet: &Kubelet,
+    req: Request,
+    info: &RequestInfo,
+) -> Response {
+    match pod_subresource(req.uri().path()) {
+        Some((ns, name, sub)) => pod_stream(shared, kubelet, req, &ns, &name, &sub).await,
+        None => super::dispatch(shared, req, info).await,
+    }
 }
 
 /// `(namespace, pod, subresource)` of `/api/v1/namespaces/{ns}/pods/{name}/{sub}`.
 fn pod_subresource(path: &str) -> Option<(String, String, String)> {
+    // Most requests are not for a pod stream: they are told apart without splitting the path.
+    if !path
+        .trim_start_matches('/')
+        .starts_with("api/v1/namespaces/")
+    {
+        return None;
+    }
     match path
         .trim_matches('/')
         .split('/')
@@ -47,19 +57,23 @@ fn pod_subresource(path: &str) -> Option<(String, String, String)> {
     }
 }
 
-async fn middleware(State(st): State<Arc<StreamState>>, req: Request, next: Next) -> Response {
-    let Some((ns, name, sub)) = pod_subresource(req.uri().path()) else {
-        return next.run(req).await;
-    };
+async fn pod_stream(
+    shared: &Shared,
+    kubelet: &Kubelet,
+    req: Request,
+    ns: &str,
+    name: &str,
+    sub: &str,
+) -> Response {
     let query = Query::parse(req.uri().query());
-    let pod = match get_pod(&st.shared, &ns, &name) {
+    let pod = match get_pod(shared, ns, name) {
         Ok(p) => p,
         Err(e) => return crate::testbed::status_response(&e),
     };
-    let result = match (sub.as_str(), req.method()) {
-        ("log", &Method::GET) => pod_log(&st.kubelet, &pod, &query).await,
+    let result = match (sub, req.method()) {
+        ("log", &Method::GET) => pod_log(kubelet, &pod, &query).await,
         ("exec" | "attach", &Method::GET | &Method::POST) => {
-            super::exec::serve(&st.kubelet, &pod, &sub, &query, req).await
+            super::exec::serve(kubelet, &pod, sub, &query, req).await
         }
         ("portforward", &Method::GET | &Method::POST) => {
             super::portforward::serve(&pod, &query, req).await
