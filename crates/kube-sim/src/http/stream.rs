@@ -23,38 +23,30 @@ pub async fn serve(
     req: Request,
     info: &RequestInfo,
 ) -> Response {
-    match pod_subresource(req.uri().path()) {
-        Some((ns, name, sub)) => pod_stream(shared, kubelet, req, &ns, &name, &sub).await,
+    match pod_subresource(info) {
+        Some((ns, name, sub)) => pod_stream(shared, kubelet, req, ns, name, sub).await,
         None => super::dispatch(shared, req, info).await,
     }
 }
 
-/// `(namespace, pod, subresource)` of `/api/v1/namespaces/{ns}/pods/{name}/{sub}`.
-fn pod_subresource(path: &str) -> Option<(String, String, String)> {
-    // Most requests are not for a pod stream: they are told apart without splitting the path.
-    if !path
-        .trim_start_matches('/')
-        .starts_with("api/v1/namespaces/")
-    {
-        return None;
-    }
-    match path
-        .trim_matches('/')
-        .split('/')
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        [
-            "api",
-            "v1",
-            "namespaces",
-            ns,
-            "pods",
-            name,
-            sub @ ("log" | "exec" | "attach" | "portforward"),
-        ] => Some((ns.to_string(), name.to_string(), sub.to_string())),
-        _ => None,
-    }
+/// `(namespace, pod, subresource)` of `/api/v1/namespaces/{ns}/pods/{name}/{sub}`, read from
+/// the request's parsed path (no second look at the path on every request).
+fn pod_subresource(info: &RequestInfo) -> Option<(&str, &str, &str)> {
+    let stream = info.is_resource_request
+        && info.api_group.is_empty()
+        && info.api_version == "v1"
+        && info.resource == "pods"
+        && info.parts.len() == 3
+        && !info.namespace.is_empty()
+        // `/api/v1/watch/namespaces/...` is a watch, never a stream.
+        && info.verb != "watch"
+        && matches!(
+            info.subresource.as_str(),
+            "log" | "exec" | "attach" | "portforward"
+        );
+    stream
+        .then_some((&info.namespace, &info.name, &info.subresource))
+        .map(|(ns, name, sub)| (ns.as_str(), name.as_str(), sub.as_str()))
 }
 
 async fn pod_stream(
@@ -172,13 +164,21 @@ mod tests {
 
     #[test]
     fn only_pod_streaming_subresources_are_taken() {
+        let of = |method: &str, path: &str| {
+            let info = RequestInfo::parse(method, path, None);
+            pod_subresource(&info).map(|(ns, name, sub)| format!("{ns} {name} {sub}"))
+        };
         assert_eq!(
-            pod_subresource("/api/v1/namespaces/default/pods/web/log"),
-            Some(("default".into(), "web".into(), "log".into()))
+            of("GET", "/api/v1/namespaces/default/pods/web/log").as_deref(),
+            Some("default web log")
         );
-        assert!(pod_subresource("/api/v1/namespaces/default/pods/web/exec").is_some());
-        assert!(pod_subresource("/api/v1/namespaces/default/pods/web/status").is_none());
-        assert!(pod_subresource("/api/v1/namespaces/default/pods/web").is_none());
-        assert!(pod_subresource("/apis/x/v1/namespaces/default/pods/web/log").is_none());
+        assert!(of("POST", "/api/v1/namespaces/default/pods/web/exec").is_some());
+        assert!(of("GET", "/api/v1/namespaces/default/pods/web/status").is_none());
+        assert!(of("GET", "/api/v1/namespaces/default/pods/web").is_none());
+        assert!(of("GET", "/api/v1/namespaces/default/pods/web/log/more").is_none());
+        assert!(of("GET", "/api/v1/pods/web/log").is_none());
+        assert!(of("GET", "/api/v1/watch/namespaces/default/pods/web/log").is_none());
+        assert!(of("GET", "/apis/x/v1/namespaces/default/pods/web/log").is_none());
+        assert!(of("GET", "/api/v1/namespaces/default/configmaps/web/log").is_none());
     }
 }

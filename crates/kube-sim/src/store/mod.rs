@@ -140,6 +140,11 @@ impl Store {
     /// The shared keys of a resource and an object: the resource's entry is made on first use,
     /// the object's key is the stored one when the object exists, else a new one.
     fn locate(&mut self, key: &StorageKey, ok: &ObjKey) -> Location {
+        self.locate_stored(key, ok).0
+    }
+
+    /// [`Self::locate`], with the object as stored now (one search of the map for both).
+    fn locate_stored(&mut self, key: &StorageKey, ok: &ObjKey) -> (Location, Option<Stored>) {
         let objects = match self.objects.get(key) {
             Some(o) => o,
             None => self.objects.entry(key.clone()).or_insert_with(|| Objects {
@@ -148,11 +153,11 @@ impl Store {
             }),
         };
         let joined = ObjName::lookup(&ok.0, &ok.1);
-        let shared = match objects.map.get_key_value(joined.as_slice()) {
-            Some((k, _)) => k.clone(),
-            None => ObjName::of(ok),
+        let (shared, stored) = match objects.map.get_key_value(joined.as_slice()) {
+            Some((k, stored)) => (k.clone(), Some(stored.clone())),
+            None => (ObjName::of(ok), None),
         };
-        (objects.key.clone(), shared)
+        ((objects.key.clone(), shared), stored)
     }
 
     /// Puts an object back as a snapshot held it: no event, no new resourceVersion.
@@ -358,13 +363,8 @@ impl Store {
     /// caller that answers with the object need not serialize it again.
     pub fn put_stored(&mut self, key: &StorageKey, mut obj: Value) -> (Value, Option<Stored>) {
         obj["metadata"]["resourceVersion"] = Value::String((self.rv + 1).to_string());
-        let loc = self.locate(key, &obj_key(&obj));
+        let (loc, prev) = self.locate_stored(key, &obj_key(&obj));
         let stored = Stored::encode(&obj);
-        let prev = self
-            .objects
-            .get(key)
-            .and_then(|o| o.map.get(&loc.1))
-            .cloned();
         let type_ = if prev.is_some() {
             EventType::Modified
         } else {
