@@ -358,6 +358,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         watcher::Config::default().labels(&format!("{LABEL_NODE_TYPE}={NODE_TYPE_GATEWAY}"));
     let (nodes, node_stream) = reflect(Api::<Node>::all(w.worker.clone()), gateway_nodes);
     let world = World {
+        namespace: ns.clone(),
         recyclers: recyclers.clone(),
         gateways: gateways.clone(),
         deployments,

@@ -23,6 +23,8 @@ use kube::runtime::watcher;
 /// version before it.
 #[derive(Clone)]
 pub struct World {
+    /// The worker namespace the SliceGateways, Deployments and Pods are watched in.
+    pub namespace: String,
     pub recyclers: Arc<OwnWrites<WorkerSliceGwRecycler>>,
     pub gateways: Arc<OwnWrites<SliceGateway>>,
     pub deployments: Arc<OwnWrites<Deployment>>,
@@ -86,16 +88,12 @@ impl World {
 
     pub fn gateway(&self, name: &str) -> Option<Arc<SliceGateway>> {
         self.gateways
-            .state()
-            .into_iter()
-            .find(|g| g.metadata.name.as_deref() == Some(name))
+            .get(&ObjectRef::new(name).within(&self.namespace))
     }
 
     pub fn deployment(&self, name: &str) -> Option<Arc<Deployment>> {
         self.deployments
-            .state()
-            .into_iter()
-            .find(|d| d.metadata.name.as_deref() == Some(name))
+            .get(&ObjectRef::new(name).within(&self.namespace))
     }
 
     /// The Running, not deleting pods labelled `key=value`.
@@ -230,6 +228,7 @@ mod tests {
     #[test]
     fn gateway_changes_wake_only_unfinished_recycles() {
         let world = World {
+            namespace: "ns".to_string(),
             recyclers: store_of(vec![
                 recycle("running", "slicerouter_updated_state"),
                 recycle("ended", "end"),
@@ -263,6 +262,7 @@ mod tests {
     async fn a_label_this_process_wrote_is_seen_before_its_watch_event() {
         let dep = serde_json::json!({LABEL_SLICE_GW_DEP: "red-s-0-0"});
         let world = World {
+            namespace: "ns".to_string(),
             recyclers: store_of(vec![]),
             gateways: store_of(vec![]),
             deployments: store_of(vec![]),
@@ -293,6 +293,31 @@ mod tests {
             [true],
             "the pass after the write sees the label, not the cached pod"
         );
+    }
+
+    #[test]
+    fn lookups_by_name_find_the_objects_of_the_worker_namespace() {
+        let deployment = |name: &str, ns: &str| -> Deployment {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": ns}
+            }))
+            .expect("deployment")
+        };
+        let world = World {
+            namespace: "ns".to_string(),
+            recyclers: store_of(vec![]),
+            gateways: store_of(vec![]),
+            deployments: store_of(vec![
+                deployment("red-s-0-0", "ns"),
+                deployment("other", "elsewhere"),
+            ]),
+            pods: store_of(vec![]),
+            nodes: None,
+        };
+        assert!(world.deployment("red-s-0-0").is_some());
+        assert!(world.deployment("red-s-0-1").is_none());
+        assert!(world.deployment("other").is_none(), "another namespace's");
+        assert!(world.gateway("red-s").is_none());
     }
 
     #[test]

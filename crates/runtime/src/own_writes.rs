@@ -23,7 +23,9 @@ use kube::runtime::watcher;
 
 use crate::sync::lock;
 
-type Key = (String, String);
+/// An object's `namespace/name` (neither may contain a `/`): one string, so a scan can look
+/// objects up through one reused buffer instead of allocating a key per cached object.
+type Key = String;
 
 struct StandIn<K> {
     written: Arc<K>,
@@ -65,11 +67,26 @@ pub struct OwnWrites<K: Resource<DynamicType = ()> + Clone + 'static> {
 }
 
 fn key<K: Resource>(obj: &K) -> Key {
+    let mut k = String::new();
+    key_into(&mut k, obj);
+    k
+}
+
+/// Writes `obj`'s key into `buffer` (cleared first).
+fn key_into<K: Resource>(buffer: &mut String, obj: &K) {
     let meta = obj.meta();
-    (
-        meta.namespace.clone().unwrap_or_default(),
-        meta.name.clone().unwrap_or_default(),
-    )
+    named_key_into(
+        buffer,
+        meta.namespace.as_deref(),
+        meta.name.as_deref().unwrap_or_default(),
+    );
+}
+
+fn named_key_into(buffer: &mut String, namespace: Option<&str>, name: &str) {
+    buffer.clear();
+    buffer.push_str(namespace.unwrap_or_default());
+    buffer.push('/');
+    buffer.push_str(name);
 }
 
 fn version<K: Resource>(obj: &K) -> Option<&str> {
@@ -167,10 +184,8 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<K> {
     /// The object of that name: our last write until the watch brings it, else the cache's;
     /// nothing once we deleted it.
     pub fn get(&self, reference: &ObjectRef<K>) -> Option<Arc<K>> {
-        let k = (
-            reference.namespace.clone().unwrap_or_default(),
-            reference.name.clone(),
-        );
+        let mut k = Key::new();
+        named_key_into(&mut k, reference.namespace.as_deref(), &reference.name);
         {
             let mut state = lock(&self.state);
             if self.hidden(&state, &k) {
@@ -184,7 +199,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<K> {
     }
 
     /// Whether `k` is an object we deleted whose deletion the watch has not brought yet.
-    fn hidden(&self, state: &State<K>, k: &Key) -> bool {
+    fn hidden(&self, state: &State<K>, k: &str) -> bool {
         state
             .deleted
             .get(k)
@@ -204,21 +219,24 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<K> {
         if state.stand_ins.is_empty() && state.deleted.is_empty() {
             return cached;
         }
-        let live = |stand_in: &&StandIn<K>| stand_in.at.elapsed() < self.ttl;
-        let mut seen = std::collections::HashSet::with_capacity(cached.len());
+        let live = |stand_in: &StandIn<K>| stand_in.at.elapsed() < self.ttl;
+        // The stand-ins that replaced a cached object; the others are creates not cached yet.
+        let mut replaced = std::collections::HashSet::with_capacity(state.stand_ins.len());
+        let mut k = Key::new();
         let mut scan: Vec<Arc<K>> = cached
             .into_iter()
             .filter_map(|obj| {
-                let k = key(&*obj);
+                key_into(&mut k, &*obj);
                 if self.hidden(&state, &k) {
                     return None;
                 }
-                let shown = match state.stand_ins.get(&k).filter(live) {
-                    Some(stand_in) => stand_in.written.clone(),
-                    None => obj,
-                };
-                seen.insert(k);
-                Some(shown)
+                match state.stand_ins.get_key_value(k.as_str()) {
+                    Some((key, stand_in)) if live(stand_in) => {
+                        replaced.insert(key.as_str());
+                        Some(stand_in.written.clone())
+                    }
+                    _ => Some(obj),
+                }
             })
             .collect();
         // A create of ours stands in before the cache has any version of the object.
@@ -226,18 +244,18 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> OwnWrites<K> {
             state
                 .stand_ins
                 .iter()
-                .filter(|(k, stand_in)| !seen.contains(*k) && live(stand_in))
+                .filter(|(k, stand_in)| !replaced.contains(k.as_str()) && live(stand_in))
                 .map(|(_, stand_in)| stand_in.written.clone()),
         );
         scan
     }
 
-    fn choose(&self, k: &Key) -> Option<Arc<K>> {
+    fn choose(&self, k: &str) -> Option<Arc<K>> {
         self.choose_in(&mut lock(&self.state), k)
     }
 
     /// [`choose`](Self::choose) under a lock the caller holds.
-    fn choose_in(&self, state: &mut State<K>, k: &Key) -> Option<Arc<K>> {
+    fn choose_in(&self, state: &mut State<K>, k: &str) -> Option<Arc<K>> {
         let stand_in = state.stand_ins.get(k)?;
         if stand_in.at.elapsed() < self.ttl {
             return Some(stand_in.written.clone());
