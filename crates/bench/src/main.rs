@@ -18,6 +18,7 @@ mod kube_sim;
 mod machineclass;
 mod nodeslo;
 mod plot;
+mod programs;
 mod recycler;
 mod report;
 mod results;
