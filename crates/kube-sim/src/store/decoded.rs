@@ -51,6 +51,14 @@ impl DecodedCache {
         values
     }
 
+    /// The tree of `name` (of `key`) if it is kept and `stored` is what it came from. Only
+    /// reads: a kind no one lists is never kept.
+    pub(super) fn get(&self, key: &StorageKey, name: &[u8], stored: &Stored) -> Option<Arc<Value>> {
+        let kinds = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let (bytes, value) = kinds.get(key)?.get(name)?;
+        bytes.same_allocation(stored).then(|| value.clone())
+    }
+
     #[cfg(test)]
     pub(super) fn len(&self, key: &StorageKey) -> usize {
         let kinds = self.0.lock().unwrap_or_else(PoisonError::into_inner);

@@ -197,9 +197,17 @@ impl Store {
         self.rv
     }
 
-    /// An object, decoded.
+    /// The object decoded: the tree [`list_values`](Self::list_values) keeps while the stored
+    /// JSON is unchanged (the workload simulation lists what it then updates), else decoded now.
     pub fn get(&self, key: &StorageKey, obj: &ObjKey) -> Option<Arc<Value>> {
-        self.get_stored(key, obj).map(|s| Arc::new(s.value()))
+        let objects = self.objects.get(key)?;
+        let name = ObjName::lookup(&obj.0, &obj.1);
+        let stored = objects.map.get(name.as_slice())?;
+        Some(
+            self.decoded
+                .get(key, &name, stored)
+                .unwrap_or_else(|| Arc::new(stored.value())),
+        )
     }
 
     pub fn get_stored(&self, key: &StorageKey, obj: &ObjKey) -> Option<&Stored> {
@@ -539,6 +547,35 @@ mod tests {
             s.decoded.len(&key()),
             1,
             "a removed object's tree is dropped"
+        );
+    }
+
+    #[test]
+    fn a_get_reuses_the_listed_tree_until_the_object_changes() {
+        let mut s = Store::new(10);
+        let obj =
+            |v: &str| json!({"metadata": {"namespace": "default", "name": "a"}, "data": {"v": v}});
+        let a: ObjKey = ("default".into(), "a".into());
+        s.put(&key(), obj("1"));
+        let before_listing = s.get(&key(), &a).expect("stored");
+        let listed: Vec<Arc<Value>> = s.list_values(&key(), None).map(|(_, v)| v).collect();
+        assert!(
+            !Arc::ptr_eq(&before_listing, &listed[0]),
+            "nothing kept before a list"
+        );
+        let got = s.get(&key(), &a).expect("stored");
+        assert!(Arc::ptr_eq(&got, &listed[0]), "the listed tree is reused");
+
+        s.put(&key(), obj("2"));
+        let changed = s.get(&key(), &a).expect("stored");
+        assert_eq!(
+            changed["data"]["v"], "2",
+            "a changed object is decoded again"
+        );
+        assert_eq!(
+            s.get(&key(), &("default".into(), "b".into())),
+            None,
+            "no such object"
         );
     }
 }
