@@ -172,7 +172,8 @@ fn parse_schedstat(schedstat: &str) -> Option<Duration> {
     Some(Duration::from_nanos(ns))
 }
 
-fn usage(who: UsageWho) -> Result<Duration> {
+/// User plus system time of `who` (this process, or its reaped children).
+pub fn usage(who: UsageWho) -> Result<Duration> {
     let usage = getrusage(who)?;
     let micros = |t: nix::sys::time::TimeVal| {
         Duration::from_secs(t.tv_sec().max(0) as u64)

@@ -597,18 +597,11 @@ const GATEWAY_STARTS: usize = 15;
 /// its exit on SIGTERM: what a gateway pod's container costs the machine whatever else a recycle
 /// does. Run with the gateway template's backend and arguments, on loopback.
 async fn gateway_start_cpu(bin_dir: &Path, starts: usize) -> Result<Duration> {
-    use nix::sys::resource::{UsageWho, getrusage};
+    use nix::sys::resource::UsageWho;
     use tokio::io::{AsyncBufReadExt, BufReader};
     // Only the reaped children count: the gw-sidecar processes reaped here (the bench's other
     // children, gw-recycler and the pods, have exited or still run; none is reaped meanwhile).
-    let children_cpu = || -> Result<Duration> {
-        let usage = getrusage(UsageWho::RUSAGE_CHILDREN)?;
-        let micros = |t: nix::sys::time::TimeVal| {
-            Duration::from_secs(t.tv_sec().max(0) as u64)
-                + Duration::from_micros(t.tv_usec().max(0) as u64)
-        };
-        Ok(micros(usage.user_time()) + micros(usage.system_time()))
-    };
+    let children_cpu = || programs::usage(UsageWho::RUSAGE_CHILDREN);
     let mut samples = Vec::new();
     for _ in 0..starts.max(1) {
         let before = children_cpu()?;
