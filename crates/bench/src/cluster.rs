@@ -11,6 +11,8 @@ use futures::{StreamExt, TryStreamExt, stream};
 use kube_sim::accounting::RequestStats;
 use tokio::process::{Child, Command};
 
+use crate::programs::Stat;
+
 pub struct Cluster {
     pub sim: kube_sim::KubeSim,
     pub client: kube::Client,
@@ -175,23 +177,15 @@ impl Controller {
 }
 
 /// CPU time (user and system, every thread) a process has used: this one with `None`. From
-/// `/proc/PID/stat`, in USER_HZ ticks, which Linux fixes at 100 per second for that file.
+/// `/proc/PID/stat` (see [`Stat`]).
 pub fn cpu_time(pid: Option<u32>) -> Result<Duration> {
     let path = pid.map_or_else(
         || "/proc/self/stat".to_string(),
         |p| format!("/proc/{p}/stat"),
     );
-    let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-    // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
-    let after_name = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest)
-        .context("no comm field")?;
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // Fields 14 and 15 of the file (utime, stime) are the 12th and 13th after the name.
-    let ticks =
-        |i: usize| -> Result<u64> { Ok(fields.get(i).context("short stat line")?.parse::<u64>()?) };
-    Ok(Duration::from_millis((ticks(11)? + ticks(12)?) * 10))
+    let line = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    let stat = Stat::parse(&line).with_context(|| format!("unexpected {path}: {line:?}"))?;
+    Ok(stat.cpu)
 }
 
 /// The machine's CPU time by kind, summed over its cores, from the first line of `/proc/stat`

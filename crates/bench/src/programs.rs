@@ -19,7 +19,7 @@ pub const THIS_PROCESS: &str = "capstan-bench (kube-sims, kubelets, bench client
 const EXITED: &str = "exited children";
 
 /// One reading of CPU time by process.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug)]
 pub struct ProgramCpu {
     own: Duration,
     /// The children that exited and were reaped, in total.
@@ -31,61 +31,48 @@ pub struct ProgramCpu {
 impl ProgramCpu {
     /// A reading once no child is a zombie: an exited child's threads are gone from /proc before
     /// its parent reaps it, and only then does its time reach `RUSAGE_CHILDREN`. The kubelets
-    /// reap their containers at once; a child nobody reaps within 100 ms is read as it is.
-    pub fn now() -> Result<Self> {
+    /// (tasks of this process) reap their containers at once; a child nobody reaps within
+    /// 100 ms is read as it is.
+    pub async fn now() -> Result<Self> {
         for _ in 0..100 {
-            if let Some(reading) = Self::read()? {
+            let (reading, zombies) = Self::read()?;
+            if !zombies {
                 return Ok(reading);
             }
-            std::thread::sleep(Duration::from_millis(1));
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        Self::read_anyway()
+        Ok(Self::read()?.0)
     }
 
-    /// `None` while a child is a zombie.
-    fn read() -> Result<Option<Self>> {
-        Self::read_with(false)
-    }
-
-    /// A reading that counts a zombie child as a child with no time left in /proc.
-    fn read_anyway() -> Result<Self> {
-        Ok(Self::read_with(true)?.unwrap_or_default())
-    }
-
-    fn read_with(zombies_too: bool) -> Result<Option<Self>> {
+    /// This process's time and its children's, and whether a child is a zombie.
+    fn read() -> Result<(Self, bool)> {
         let me = std::process::id() as i32;
-        let mut children = HashMap::new();
+        let (mut children, mut zombies) = (HashMap::new(), false);
         for entry in std::fs::read_dir("/proc").context("reading /proc")? {
             let Ok(pid) = entry?.file_name().to_string_lossy().parse::<i32>() else {
                 continue;
             };
             // A process that ends while it is read is simply not counted live.
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            let Some(Stat {
-                program,
-                state,
-                parent,
-            }) = parse_stat(&stat)
+            let Some(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|line| Stat::parse(&line))
             else {
                 continue;
             };
-            if parent != me {
+            if stat.parent != me {
                 continue;
             }
-            if state == 'Z' && !zombies_too {
-                return Ok(None);
-            }
+            zombies |= stat.state == 'Z';
             if let Ok(cpu) = threads_cpu(pid) {
-                children.insert(pid, (program, cpu));
+                children.insert(pid, (stat.program, cpu));
             }
         }
-        Ok(Some(Self {
+        let reading = Self {
             own: usage(UsageWho::RUSAGE_SELF)?,
             reaped: usage(UsageWho::RUSAGE_CHILDREN)?,
             children,
-        }))
+        };
+        Ok((reading, zombies))
     }
 
     /// The CPU each program spent from `earlier` to this reading.
@@ -129,27 +116,36 @@ impl ProgramCpu {
 
 /// What a `/proc/<pid>/stat` line says that matters here.
 #[derive(Debug, PartialEq, Eq)]
-struct Stat {
-    program: String,
+pub struct Stat {
+    pub program: String,
     /// `R`, `S`, ..., `Z` for an exited process its parent has not reaped.
-    state: char,
-    parent: i32,
+    pub state: char,
+    pub parent: i32,
+    /// User plus system time of every thread, dead ones included, counted in USER_HZ ticks,
+    /// which Linux fixes at 100 per second for this file.
+    pub cpu: Duration,
 }
 
-/// A `pid (comm) state ppid ...` line. The name may hold spaces and parentheses, so the fields
-/// are read after its last `)`.
-fn parse_stat(stat: &str) -> Option<Stat> {
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let program = stat.get(open + 1..close)?.to_string();
-    let mut rest = stat.get(close + 1..)?.split_whitespace();
-    let state = rest.next()?.chars().next()?;
-    let parent = rest.next()?.parse().ok()?;
-    Some(Stat {
-        program,
-        state,
-        parent,
-    })
+impl Stat {
+    /// A `pid (comm) state ppid ...` line. The name may hold spaces and parentheses, so the
+    /// fields are read after its last `)`.
+    pub fn parse(line: &str) -> Option<Self> {
+        let open = line.find('(')?;
+        let close = line.rfind(')')?;
+        let program = line.get(open + 1..close)?.to_string();
+        let fields: Vec<&str> = line.get(close + 1..)?.split_whitespace().collect();
+        let state = fields.first()?.chars().next()?;
+        let parent = fields.get(1)?.parse().ok()?;
+        // Fields 14 and 15 of the line (utime, stime) are the 12th and 13th after the name.
+        let ticks = |i: usize| fields.get(i)?.parse::<u64>().ok();
+        let cpu = Duration::from_millis((ticks(11)? + ticks(12)?) * 10);
+        Some(Self {
+            program,
+            state,
+            parent,
+            cpu,
+        })
+    }
 }
 
 /// The time on CPU of every live thread of `pid`.
@@ -202,21 +198,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stat_lines_give_the_program_and_its_parent_even_with_odd_names() {
-        let stat = |program: &str, state, parent| Stat {
+    fn stat_lines_give_the_program_its_parent_and_its_time_even_with_odd_names() {
+        let stat = |program: &str, state, parent, ms| Stat {
             program: program.to_string(),
             state,
             parent,
+            cpu: Duration::from_millis(ms),
         };
+        let fields = "17 4242 17 0 -1 4194560 100 0 0 0 25 7 0 0 20 0";
         assert_eq!(
-            parse_stat("4242 (gw-sidecar) S 17 4242 17 0 -1"),
-            Some(stat("gw-sidecar", 'S', 17))
+            Stat::parse(&format!("4242 (gw-sidecar) S {fields}")),
+            Some(stat("gw-sidecar", 'S', 17, 320))
         );
         assert_eq!(
-            parse_stat("9 (a (b) c) Z 3 9 9"),
-            Some(stat("a (b) c", 'Z', 3))
+            Stat::parse(&format!("9 (a (b) c) Z {fields}")),
+            Some(stat("a (b) c", 'Z', 17, 320))
         );
-        assert_eq!(parse_stat("9 gw-sidecar S 3"), None);
+        assert_eq!(Stat::parse("9 gw-sidecar S 3"), None);
+        assert_eq!(Stat::parse("9 (short) S 3 9 9"), None);
         assert_eq!(
             parse_schedstat("123456789 5000 12\n"),
             Some(Duration::from_nanos(123_456_789))
@@ -250,13 +249,13 @@ mod tests {
         );
     }
 
-    #[test]
-    fn this_process_and_its_children_are_read_from_proc() {
+    #[tokio::test]
+    async fn this_process_and_its_children_are_read_from_proc() {
         let mut child = std::process::Command::new("sleep")
             .arg("5")
             .spawn()
             .expect("sleep");
-        let reading = ProgramCpu::now().expect("reads /proc");
+        let reading = ProgramCpu::now().await.expect("reads /proc");
         let _ = child.kill();
         let _ = child.wait();
         let pid = child.id() as i32;

@@ -573,14 +573,14 @@ async fn recycle(hub: &Cluster, pairs: &mut [Pair], instance: u32) -> Result<Rec
     let names: HashSet<String> = crs.iter().map(|cr| cr.name_any()).collect();
     let ended = wait_ended(api.clone(), names);
     let create = PostParams::default();
-    let programs_before = ProgramCpu::now()?;
+    let programs_before = ProgramCpu::now().await?;
     let (started, cpu_before) = (Instant::now(), MachineCpu::now()?);
     futures::future::try_join_all(crs.iter().map(|cr| api.create(&create, cr))).await?;
     let timelines = ended.await.context("recycle watch")??;
     let took = Recycled {
         wall: started.elapsed(),
         cpu: MachineCpu::now()?.since(&cpu_before).busy,
-        by_program: ProgramCpu::now()?.since(&programs_before),
+        by_program: ProgramCpu::now().await?.since(&programs_before),
     };
     eprintln!("recycler bench: {}", Timeline::summary(&timelines, started));
     for pair in pairs.iter_mut() {
