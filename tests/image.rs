@@ -3,6 +3,7 @@
 //! that user, with nothing but its own files, the libraries it links and the `tc` the gw-sidecar's
 //! kernel QoS runs.
 
+use std::path::Path;
 use std::process::{Command, Output};
 
 use capstan_scenarios::tools::{binary, workspace_root};
@@ -70,15 +71,29 @@ fn every_binary_answers_help_inside_the_image_as_the_non_root_user() {
         Err(e) => return skip_or_fail("buildah", e.to_string()),
     }
     let root = workspace_root();
-    let archive = root.join("target/image/capstan-0.1.0-test.oci.tar");
     // The dev-profile binaries this test run was built with (a release build takes ~10 min).
+    let mut profile_dir = None;
     for (package, name) in BINARIES {
-        binary(package, name);
+        profile_dir = binary(package, name).parent().map(Path::to_path_buf);
     }
+    // Built as `CARGO_TARGET_DIR=<elsewhere> cargo xtask image` would: the binaries are read from,
+    // and the archive written under, that directory (its `debug` is this run's profile dir).
+    let target_dir = tempfile::tempdir().expect("temporary target dir");
+    std::os::unix::fs::symlink(
+        profile_dir.expect("a profile dir"),
+        target_dir.path().join("debug"),
+    )
+    .expect("linking the profile dir");
     run(Command::new(binary("xtask", "xtask"))
-        .args(["image", "--profile", "dev", "--no-build", "--archive"])
-        .arg(&archive)
+        .args(["image", "--profile", "dev", "--no-build"])
+        .env("CARGO_TARGET_DIR", target_dir.path())
         .current_dir(&root));
+    let archive = target_dir.path().join("image/capstan-0.1.0-dev.oci.tar");
+    assert!(
+        archive.is_file(),
+        "cargo xtask image did not write its archive under CARGO_TARGET_DIR ({})",
+        archive.display()
+    );
 
     let index = run(Command::new("tar")
         .arg("-xOf")

@@ -52,9 +52,7 @@ pub fn run(args: &Args) -> Result<()> {
         }
     }
     crate::ci::cargo(&build)?;
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate::workspace_root().join("target"));
+    let target_dir = crate::target_dir()?;
     let release = target_dir.join("release");
     let mut bench = Command::new(release.join("capstan-bench"));
     bench

@@ -32,7 +32,7 @@ pub fn run() -> Result<()> {
     step("doctests", || {
         cargo(&["test", "--workspace", "--locked", "--doc"])
     })?;
-    let ledger = skip_ledger();
+    let ledger = skip_ledger()?;
     // A ledger left by an earlier run would report skips this run did not make.
     let _ = std::fs::remove_file(&ledger);
     let tests = step("test suite", test_suite);
@@ -43,10 +43,10 @@ pub fn run() -> Result<()> {
 }
 
 /// Where the test binaries of this run record their skips (see `capstan_testkit::require`).
-fn skip_ledger() -> std::path::PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| crate::workspace_root().join("target"), Into::into);
-    capstan_testkit::require::ledger_in(&target.join("debug"))
+fn skip_ledger() -> Result<std::path::PathBuf> {
+    Ok(capstan_testkit::require::ledger_in(
+        &crate::target_dir()?.join("debug"),
+    ))
 }
 
 /// Prints every skipped test after the test summary, where CI and a developer read. Under
@@ -94,13 +94,7 @@ fn step(name: &str, gate: impl FnOnce() -> Result<()>) -> Result<()> {
 /// Runs cargo (the same toolchain that runs xtask) from the workspace root, in the environment
 /// of the shell that ran `cargo xtask` (see [`set_by_cargo_run`]).
 pub fn cargo(args: &[&str]) -> Result<()> {
-    let mut command = Command::new(env!("CARGO"));
-    for (name, _) in std::env::vars_os() {
-        if name.to_str().is_some_and(set_by_cargo_run) {
-            command.env_remove(name);
-        }
-    }
-    let status = command
+    let status = cargo_command()
         .args(args)
         .current_dir(crate::workspace_root())
         .status()
@@ -109,6 +103,18 @@ pub fn cargo(args: &[&str]) -> Result<()> {
         bail!("cargo {} exited with {status}", args.join(" "));
     }
     Ok(())
+}
+
+/// A cargo command (the toolchain that runs xtask) without the variables `cargo run` set for
+/// xtask itself.
+pub fn cargo_command() -> Command {
+    let mut command = Command::new(env!("CARGO"));
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_run) {
+            command.env_remove(name);
+        }
+    }
+    command
 }
 
 /// The variables `cargo run` sets for the program it runs (xtask's package name, version,

@@ -78,9 +78,7 @@ pub(crate) struct Process {
 }
 
 async fn run_async(args: &Args) -> Result<()> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate::workspace_root().join("target"));
+    let target = crate::target_dir()?;
     let bin_dir = target.join("debug");
     let dir = args.dir.clone().unwrap_or_else(|| target.join("demo"));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;

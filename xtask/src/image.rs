@@ -90,7 +90,8 @@ pub fn build(args: &Args) -> Result<Built> {
     };
     // A dev build gets its own local name so it never shadows the release image.
     let local_name = format!("{REPOSITORY}:{version}{suffix}");
-    let image_dir = root.join("target").join("image");
+    let target = crate::target_dir()?;
+    let image_dir = target.join("image");
     let archive = args
         .archive
         .clone()
@@ -100,7 +101,7 @@ pub fn build(args: &Args) -> Result<Built> {
         compile(&args.profile)?;
     }
     let context = image_dir.join(format!("context{suffix}"));
-    let bin_dir = root.join("target").join(profile_dir(&args.profile));
+    let bin_dir = target.join(profile_dir(&args.profile));
     stage(&context, &bin_dir)?;
 
     run_tool(

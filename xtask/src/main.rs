@@ -1,7 +1,6 @@
 //! `cargo xtask <command>`: workspace automation. One module per subcommand; this file only
 //! parses the command line and dispatches.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -13,6 +12,7 @@ mod crdgen;
 mod demo;
 mod demo_slice;
 mod image;
+mod paths;
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "Capstan workspace automation")]
@@ -37,14 +37,7 @@ enum Command {
     Ci,
 }
 
-/// The workspace root (xtask lives one level below it).
-pub fn workspace_root() -> PathBuf {
-    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    manifest_dir
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or(manifest_dir)
-}
+pub use paths::{target_dir, workspace_root};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
