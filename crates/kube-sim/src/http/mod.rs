@@ -5,80 +5,38 @@ mod discovery;
 mod exec;
 mod openapi;
 mod portforward;
+mod request;
+mod response;
 mod spdy;
 pub mod stream;
 pub mod table;
 mod watch;
 
-use crate::cluster::{
-    DeleteOptions, ListOptions, ListResult, PatchType, PreparedCreate, Sub, WriteOptions,
-    field_supported,
+pub(crate) use request::Query;
+use request::{
+    accept, check_list_resource_version, decode_body, delete_options, list_options, patch_type,
+    wants_partial, wants_table, write_options,
 };
+use response::{
+    bytes_response, deleted_status, error_response, is_plain_json, json_response, list_bytes,
+    list_meta, object_response, protobuf_or_json, returns_deleted_object, scale_of, with_warnings,
+};
+
+use crate::cluster::{DeleteOptions, PatchType, PreparedCreate, Sub};
 use crate::error::ApiError;
 use crate::registry::ResourceInfo;
 use crate::request_info::RequestInfo;
-use crate::selectors::{FieldSelector, LabelSelector};
 use crate::shared::Shared;
-use crate::validation::{Decoded, decode_json};
+use crate::validation::Decoded;
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
-use http::{HeaderMap, Method, StatusCode, header};
+use http::{HeaderMap, Method, header};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
 const MAX_BODY: usize = 3 * 1024 * 1024;
-
-fn json_response(code: u16, body: &Value) -> Response {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
-    bytes_response(code, Bytes::from(bytes), "application/json")
-}
-
-fn bytes_response(code: u16, body: Bytes, content_type: &str) -> Response {
-    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut r = Response::new(Body::from(body));
-    *r.status_mut() = status;
-    if let Ok(v) = http::HeaderValue::from_str(content_type) {
-        r.headers_mut().insert(header::CONTENT_TYPE, v);
-    }
-    r.headers_mut().insert(
-        header::CACHE_CONTROL,
-        http::HeaderValue::from_static("no-cache, private"),
-    );
-    r
-}
-
-fn error_response(err: &ApiError) -> Response {
-    json_response(err.code, &err.to_status())
-}
-
-/// Query parameters (last value wins, as Go's `url.Values.Get` returns the first; clients send one).
-pub(crate) struct Query(Vec<(String, String)>);
-
-impl Query {
-    pub(crate) fn parse(q: Option<&str>) -> Self {
-        Self(
-            form_urlencoded::parse(q.unwrap_or("").as_bytes())
-                .into_owned()
-                .collect(),
-        )
-    }
-    pub(crate) fn get(&self, k: &str) -> Option<&str> {
-        self.0.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str())
-    }
-    /// Every value of a repeated parameter (exec's `command`).
-    pub(crate) fn all(&self, k: &str) -> Vec<String> {
-        self.0
-            .iter()
-            .filter(|(a, _)| a == k)
-            .map(|(_, v)| v.clone())
-            .collect()
-    }
-    pub(crate) fn flag(&self, k: &str) -> bool {
-        matches!(self.get(k), Some("true" | "1" | "True"))
-    }
-}
 
 /// What the handlers need of a parsed request (`RequestInfo`), with the namespace as the
 /// object's key sees it: a Namespace, cluster-scoped, has none of its own.
@@ -105,27 +63,6 @@ impl Target {
             watch: ri.verb == "watch",
         }
     }
-}
-
-fn accept(headers: &HeaderMap) -> &str {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-}
-
-fn wants_table(accept: &str) -> bool {
-    accept
-        .split(',')
-        .next()
-        .is_some_and(|first| first.contains("as=Table"))
-}
-
-fn wants_partial(accept: &str) -> bool {
-    accept
-        .split(',')
-        .next()
-        .is_some_and(|first| first.contains("as=PartialObjectMetadata"))
 }
 
 /// The API pipeline every request but a pod stream's goes through, `ri` being what the request
@@ -273,326 +210,6 @@ fn non_resource_request(
             .ok_or_else(ApiError::resource_not_found),
         _ => Err(ApiError::resource_not_found()),
     }
-}
-
-fn decode_body(headers: &HeaderMap, body: &Bytes) -> Result<Decoded, ApiError> {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json");
-    if ct.contains("protobuf") {
-        // Protobuf hook: built-in kinds decode; custom kinds answer 415 as kube-apiserver does.
-        return crate::protobuf::decode(body)
-            .map(Decoded::without_duplicates)
-            .map_err(|e| match e {
-                crate::protobuf::ProtoError::NotProtobuf(_)
-                | crate::protobuf::ProtoError::NoMagic => {
-                    ApiError::unsupported_media_type(ct, &["application/json", "application/yaml"])
-                }
-                e => ApiError::bad_request(e.to_string()),
-            });
-    }
-    if ct.contains("yaml") {
-        if let Ok(decoded) = decode_json(body) {
-            return Ok(decoded);
-        }
-        let text = std::str::from_utf8(body)
-            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
-        return serde_saphyr::from_str::<Value>(text)
-            .map(Decoded::without_duplicates)
-            .map_err(|e| {
-                ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
-            });
-    }
-    decode_json(body).map_err(|e| {
-        ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
-    })
-}
-
-fn patch_type(headers: &HeaderMap) -> Result<PatchType, ApiError> {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let base = ct.split(';').next().unwrap_or("").trim();
-    match base {
-        "application/json-patch+json" => Ok(PatchType::Json),
-        "application/merge-patch+json" => Ok(PatchType::Merge),
-        "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
-        "application/apply-patch+yaml" | "application/apply-patch+cbor" => Ok(PatchType::Apply),
-        _ => Err(ApiError::unsupported_media_type(
-            ct,
-            &[
-                "application/json-patch+json",
-                "application/merge-patch+json",
-                "application/apply-patch+yaml",
-                "application/strategic-merge-patch+json",
-            ],
-        )),
-    }
-}
-
-fn default_manager(headers: &HeaderMap) -> String {
-    let ua = headers
-        .get(header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("unknown");
-    let m: String = ua
-        .split('/')
-        .next()
-        .unwrap_or("unknown")
-        .chars()
-        .take(128)
-        .collect();
-    if m.is_empty() { "unknown".into() } else { m }
-}
-
-fn write_options(
-    query: &Query,
-    headers: &HeaderMap,
-    default_manager_for_apply: bool,
-) -> WriteOptions {
-    let field_manager = match query.get("fieldManager") {
-        Some(m) if !m.is_empty() => m.to_string(),
-        _ if default_manager_for_apply => String::new(),
-        _ => default_manager(headers),
-    };
-    WriteOptions {
-        dry_run: query.get("dryRun") == Some("All"),
-        field_manager,
-        field_validation: query.get("fieldValidation").unwrap_or("").to_string(),
-        force: query.flag("force"),
-    }
-}
-
-fn list_options(info: &ResourceInfo, query: &Query) -> Result<ListOptions, ApiError> {
-    let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))
-        .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
-    let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""), |f| {
-        field_supported(info, f)
-    })
-    .map_err(|e| ApiError::bad_request(format!("{}: {e}", field_error_prefix(info))))?;
-    let limit = match query.get("limit") {
-        Some(l) if !l.is_empty() => Some(
-            l.parse::<i64>()
-                .map_err(|_| ApiError::bad_request("invalid limit"))?,
-        ),
-        _ => None,
-    };
-    Ok(ListOptions {
-        labels,
-        fields,
-        limit: limit.filter(|l| *l > 0).map(|l| l as usize),
-        continue_token: query
-            .get("continue")
-            .filter(|c| !c.is_empty())
-            .map(String::from),
-        resource_version_exact: None,
-    })
-}
-
-/// `resourceVersion`/`resourceVersionMatch` rules of a list: `NotOlderThan` (and no match) is
-/// served from the current state, `Exact` at that version (from the event history; `410` once
-/// it is out of it, see `Cluster::list`); a version newer than the server's cannot be honoured.
-/// Returns the exact version asked for.
-fn check_list_resource_version(query: &Query, current: u64) -> Result<Option<u64>, ApiError> {
-    let rv = query.get("resourceVersion").unwrap_or("");
-    let rv_match = query.get("resourceVersionMatch").unwrap_or("");
-    if rv_match.is_empty() {
-        return Ok(None);
-    }
-    let invalid = |detail: &str| {
-        ApiError::invalid(
-            "meta.k8s.io",
-            "ListOptions",
-            "",
-            &[crate::error::FieldError::forbidden(
-                "resourceVersionMatch",
-                detail,
-            )],
-        )
-    };
-    if rv.is_empty() {
-        return Err(invalid(
-            "resourceVersionMatch is forbidden unless resourceVersion is provided",
-        ));
-    }
-    if !matches!(rv_match, "Exact" | "NotOlderThan") {
-        return Err(ApiError::invalid(
-            "meta.k8s.io",
-            "ListOptions",
-            "",
-            &[crate::error::FieldError::not_supported(
-                "resourceVersionMatch",
-                &json!(rv_match),
-                &[json!("Exact"), json!("NotOlderThan"), json!("")],
-            )],
-        ));
-    }
-    let n: u64 = rv
-        .parse()
-        .map_err(|_| ApiError::bad_request(format!("invalid resource version: \"{rv}\"")))?;
-    if rv_match == "Exact" && n == 0 {
-        return Err(invalid(
-            "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
-        ));
-    }
-    if n > current {
-        return Err(ApiError::new(504, "Timeout", format!("Too large resource version: {n}, current: {current}"))
-            .with_details(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1})));
-    }
-    Ok((rv_match == "Exact").then_some(n))
-}
-
-fn field_error_prefix(info: &ResourceInfo) -> String {
-    format!("\"{}\" is not a known field selector", info.plural)
-}
-
-fn list_meta(result: &ListResult) -> Value {
-    let mut m = json!({"resourceVersion": result.resource_version.to_string()});
-    if let Some(c) = &result.continue_token {
-        m["continue"] = json!(c);
-        m["remainingItemCount"] = json!(result.remaining.unwrap_or(0));
-    }
-    m
-}
-
-/// Serializes a list without cloning items into one big `Value`.
-fn list_bytes(info: &ResourceInfo, result: &ListResult, partial: bool) -> Bytes {
-    let mut out = Vec::with_capacity(
-        64 + result
-            .items
-            .iter()
-            .map(|i| i.json().len() + 1)
-            .sum::<usize>(),
-    );
-    let (kind, api_version) = if partial {
-        (
-            "PartialObjectMetadataList".to_string(),
-            "meta.k8s.io/v1".to_string(),
-        )
-    } else {
-        (info.list_kind.clone(), info.api_version())
-    };
-    out.extend_from_slice(
-        format!(
-            "{{\"kind\":{},\"apiVersion\":{},\"metadata\":",
-            json!(kind),
-            json!(api_version)
-        )
-        .as_bytes(),
-    );
-    out.extend_from_slice(list_meta(result).to_string().as_bytes());
-    out.extend_from_slice(b",\"items\":[");
-    for (i, item) in result.items.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        if partial {
-            let _ = serde_json::to_writer(&mut out, &partial_object(&item.value()));
-        } else {
-            // Stored bytes, copied: a list is not re-serialized.
-            out.extend_from_slice(item.json());
-        }
-    }
-    out.extend_from_slice(b"]}");
-    Bytes::from(out)
-}
-
-fn partial_object(obj: &Value) -> Value {
-    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]})
-}
-
-fn object_response(
-    code: u16,
-    info: &ResourceInfo,
-    obj: &Value,
-    accept: &str,
-    query: &Query,
-) -> Response {
-    if wants_table(accept) {
-        let include = query.get("includeObject").unwrap_or("Metadata");
-        let t = table::to_table(
-            info,
-            &[Arc::new(obj.clone())],
-            json!({"resourceVersion": obj["metadata"]["resourceVersion"]}),
-            true,
-            include,
-        );
-        return json_response(code, &t);
-    }
-    if wants_partial(accept) {
-        return json_response(code, &partial_object(obj));
-    }
-    protobuf_or_json(code, obj, accept)
-}
-
-/// Whether `object_response` would answer with the object's own JSON (no Table, partial
-/// metadata or protobuf asked for).
-fn is_plain_json(accept: &str) -> bool {
-    !wants_table(accept) && !wants_partial(accept) && !crate::protobuf::wants_protobuf(accept)
-}
-
-/// Protobuf hook: answers in protobuf when the client asks for it first and the kind has a
-/// message (built-in kinds), else in JSON (client-go's `*/*` fallback for custom resources).
-fn protobuf_or_json(code: u16, obj: &Value, accept: &str) -> Response {
-    if crate::protobuf::wants_protobuf(accept)
-        && let Ok(body) = crate::protobuf::encode(obj)
-    {
-        return bytes_response(code, Bytes::from(body), crate::protobuf::MEDIA_TYPE);
-    }
-    json_response(code, obj)
-}
-
-fn delete_options(
-    query: &Query,
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> Result<DeleteOptions, ApiError> {
-    let mut opts = DeleteOptions {
-        propagation: query.get("propagationPolicy").map(String::from),
-        dry_run: query.get("dryRun") == Some("All"),
-        ..Default::default()
-    };
-    if !body.is_empty() {
-        let v = decode_body(headers, body)?.value;
-        if let Some(p) = v["propagationPolicy"].as_str() {
-            opts.propagation = Some(p.into());
-        }
-        if v["orphanDependents"] == json!(true) {
-            opts.propagation = Some("Orphan".into());
-        }
-        opts.precondition_uid = v["preconditions"]["uid"].as_str().map(String::from);
-        opts.precondition_rv = v["preconditions"]["resourceVersion"]
-            .as_str()
-            .map(String::from);
-        if v["dryRun"]
-            .as_array()
-            .is_some_and(|a| a.iter().any(|x| x == "All"))
-        {
-            opts.dry_run = true;
-        }
-    }
-    if let Some(p) = &opts.propagation
-        && !matches!(p.as_str(), "Orphan" | "Background" | "Foreground")
-    {
-        return Err(ApiError::invalid(
-            "",
-            "DeleteOptions",
-            "",
-            &[crate::error::FieldError::not_supported(
-                "propagationPolicy",
-                &json!(p),
-                &[
-                    json!("Foreground"),
-                    json!("Background"),
-                    json!("Orphan"),
-                    json!("nil"),
-                ],
-            )],
-        ));
-    }
-    Ok(opts)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -798,71 +415,6 @@ fn validate_builtin(
         .as_str()
         .map_or_else(|| info.kind.clone(), String::from);
     crate::validation::admit(&api_version, &kind, body, duplicates, mode)
-}
-
-/// kube-apiserver's `Warning: 299 - "..."` headers, one per warning.
-fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
-    for w in warnings {
-        let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");
-        if let Ok(v) = http::HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
-            r.headers_mut().append(header::WARNING, v);
-        }
-    }
-    r
-}
-
-/// Kinds whose registry sets `ReturnDeletedObject` answer a completed DELETE with the object;
-/// the others with a `Status` Success naming it.
-fn returns_deleted_object(info: &ResourceInfo) -> bool {
-    info.custom
-        || matches!(
-            (info.group.as_str(), info.plural.as_str()),
-            (
-                "",
-                "pods"
-                    | "services"
-                    | "namespaces"
-                    | "nodes"
-                    | "replicationcontrollers"
-                    | "persistentvolumes"
-                    | "persistentvolumeclaims"
-            ) | (
-                "apps" | "batch" | "policy" | "networking.k8s.io" | "autoscaling",
-                _
-            ) | ("apiextensions.k8s.io", _)
-                | ("storage.k8s.io", _)
-        )
-}
-
-fn deleted_status(info: &ResourceInfo, obj: &Value) -> Value {
-    let mut details = serde_json::Map::new();
-    details.insert("name".into(), obj["metadata"]["name"].clone());
-    if !info.group.is_empty() {
-        details.insert("group".into(), json!(info.group));
-    }
-    details.insert("kind".into(), json!(info.plural));
-    details.insert("uid".into(), obj["metadata"]["uid"].clone());
-    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
-}
-
-fn scale_of(obj: &Value) -> Value {
-    let m = &obj["metadata"];
-    let selector = obj["spec"]["selector"]["matchLabels"]
-        .as_object()
-        .map(|l| {
-            l.iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .unwrap_or_default();
-    json!({
-        "kind": "Scale", "apiVersion": "autoscaling/v1",
-        "metadata": {"name": m["name"], "namespace": m["namespace"], "uid": m["uid"],
-                     "resourceVersion": m["resourceVersion"], "creationTimestamp": m["creationTimestamp"]},
-        "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0)},
-        "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector}
-    })
 }
 
 fn watch(
