@@ -138,16 +138,17 @@ pub enum Command {
 #[cfg(test)]
 mod tests {
     use super::Args;
+    use capstan_testkit::cli::assert_refused;
     use clap::Parser;
 
     #[test]
     fn zero_gateway_instances_is_refused_naming_the_flag() {
-        let err = Args::try_parse_from(["gw-recycler", "--gateway-instances", "0"])
-            .expect_err("0 instances would give no gateway a deployment");
-        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
-        let text = err.to_string();
-        assert!(text.contains("--gateway-instances"), "{text}");
-        assert!(text.contains("must be at least 1"), "{text}");
+        // 0 instances would give no gateway a deployment.
+        assert_refused::<Args>(
+            &["gw-recycler", "--gateway-instances", "0"],
+            "--gateway-instances",
+            "must be at least 1",
+        );
         let args = Args::try_parse_from(["gw-recycler", "--gateway-instances", "3"]).expect("3");
         assert_eq!(args.gateway_instances, 3);
     }
@@ -155,13 +156,9 @@ mod tests {
     #[test]
     fn a_zero_timeout_or_interval_is_refused_naming_the_flag_and_zero_delays_are_kept() {
         // A zero status interval would ask the sidecars in a busy loop.
+        // A zero timeout fails every wait at once.
         for flag in ["--step-timeout", "--sidecar-timeout", "--status-interval"] {
-            let err = Args::try_parse_from(["gw-recycler", flag, "0s"])
-                .expect_err("a zero timeout fails every wait at once");
-            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
-            let text = err.to_string();
-            assert!(text.contains(flag), "{text}");
-            assert!(text.contains("must be more than 0"), "{text}");
+            assert_refused::<Args>(&["gw-recycler", flag, "0s"], flag, "must be more than 0");
         }
         // No drain, and deleting a finished recycle at once, are meaningful choices.
         let args =

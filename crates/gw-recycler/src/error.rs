@@ -7,7 +7,8 @@ use capstan_runtime::controller::ReconcileFailure;
 
 use crate::sidecars::SidecarError;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum ReconcileError {
     #[error("creating gateway deployment {deployment}: {source}")]
     CreateDeployment {
@@ -100,26 +101,10 @@ pub enum ReconcileError {
     RouterMissing(String),
 }
 
+/// The label is the variant's name in snake case (`strum::IntoStaticStr`).
 impl ErrorLabel for ReconcileError {
     fn metric_label(&self) -> &'static str {
-        match self {
-            Self::CreateDeployment { .. } => "create_deployment",
-            Self::DeleteDeployment { .. } => "delete_deployment",
-            Self::WriteGatewayPodStatus { .. } => "write_gateway_pod_status",
-            Self::PushNextHops { .. } => "push_next_hops",
-            Self::EditIntermediate { .. } => "edit_intermediate",
-            Self::ExcludeGatewayPod { .. } => "exclude_gateway_pod",
-            Self::MarkForDeletion { .. } => "mark_for_deletion",
-            Self::WithdrawRoute { .. } => "withdraw_route",
-            Self::WriteState { .. } => "write_state",
-            Self::WriteCondition { .. } => "write_condition",
-            Self::WriteResponse { .. } => "write_response",
-            Self::DeleteFinished { .. } => "delete_finished",
-            Self::TriggerRebalance { .. } => "trigger_rebalance",
-            Self::GatewayMissing(_) => "gateway_missing",
-            Self::GatewayField { .. } => "gateway_field",
-            Self::RouterMissing(_) => "router_missing",
-        }
+        self.into()
     }
 }
 

@@ -6,7 +6,6 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::{Registry, Unit};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TransitionLabels {
@@ -19,40 +18,21 @@ struct OutcomeLabels {
     outcome: String,
 }
 
-#[derive(Clone)]
-pub struct RecyclerMetrics {
-    transitions: Family<TransitionLabels, Counter>,
-    outcomes: Family<OutcomeLabels, Counter>,
-    duration: Histogram,
+capstan_runtime::metric_families! {
+    #[derive(Clone)]
+    pub struct RecyclerMetrics {
+        /// Recycler state transitions written, by from/to state
+        transitions: Family<TransitionLabels, Counter> = "capstan_gw_recycler_transitions",
+        /// Recycles finished, by outcome (end, error)
+        outcomes: Family<OutcomeLabels, Counter> = "capstan_gw_recycler_recycles",
+        /// Time from a recycle's creation to its end or error state
+        duration: Histogram = "capstan_gw_recycler_recycle_duration" in Seconds
+            // 0.25 s .. ~17 min
+            => Histogram::new(exponential_buckets(0.25, 2.0, 13)),
+    }
 }
 
 impl RecyclerMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
-        let metrics = Self {
-            transitions: Family::default(),
-            outcomes: Family::default(),
-            // 0.25 s .. ~17 min
-            duration: Histogram::new(exponential_buckets(0.25, 2.0, 13)),
-        };
-        registry.register(
-            "capstan_gw_recycler_transitions",
-            "Recycler state transitions written, by from/to state",
-            metrics.transitions.clone(),
-        );
-        registry.register(
-            "capstan_gw_recycler_recycles",
-            "Recycles finished, by outcome (end, error)",
-            metrics.outcomes.clone(),
-        );
-        registry.register_with_unit(
-            "capstan_gw_recycler_recycle_duration",
-            "Time from a recycle's creation to its end or error state",
-            Unit::Seconds,
-            metrics.duration.clone(),
-        );
-        metrics
-    }
-
     pub fn transition(&self, from: &State, to: &State) {
         self.transitions
             .get_or_create(&TransitionLabels {

@@ -93,17 +93,18 @@ impl Args {
 #[cfg(test)]
 mod tests {
     use super::Args;
+    use capstan_testkit::cli::assert_refused;
     use clap::Parser;
 
     #[test]
     fn zero_concurrency_is_refused_naming_the_flag() {
+        // 0 workers would reconcile nothing.
         for flag in ["--machine-concurrency", "--class-concurrency"] {
-            let err = Args::try_parse_from(["machineclass-controller", flag, "0"])
-                .expect_err("0 workers would reconcile nothing");
-            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
-            let text = err.to_string();
-            assert!(text.contains(flag), "{text}");
-            assert!(text.contains("must be at least 1"), "{text}");
+            assert_refused::<Args>(
+                &["machineclass-controller", flag, "0"],
+                flag,
+                "must be at least 1",
+            );
         }
         let err = Args::try_parse_from(["machineclass-controller", "--class-concurrency", "70000"])
             .expect_err("past u16");

@@ -5,7 +5,8 @@
 use capstan_runtime::ErrorLabel;
 use capstan_runtime::controller::ReconcileFailure;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum Error {
     #[error("patching the finalizers of {kind} {name}: {source}")]
     PatchFinalizers {
@@ -73,21 +74,10 @@ pub enum Error {
     StillReferred { class: String, message: String },
 }
 
+/// The label is the variant's name in snake case (`strum::IntoStaticStr`).
 impl ErrorLabel for Error {
     fn metric_label(&self) -> &'static str {
-        match self {
-            Error::PatchFinalizers { .. } => "patch_finalizers",
-            Error::WriteStatus { .. } => "write_status",
-            Error::EncodeStatus { .. } => "encode_status",
-            Error::RecordProviderId { .. } => "record_provider_id",
-            Error::DeleteMachine { .. } => "delete_machine",
-            Error::SyncNode { .. } => "sync_node",
-            Error::SyncVirtualCapacity { .. } => "sync_virtual_capacity",
-            Error::Drain { .. } => "drain",
-            Error::DeleteVolumeAttachments { .. } => "delete_volume_attachments",
-            Error::DeleteNode { .. } => "delete_node",
-            Error::StillReferred { .. } => "still_referred",
-        }
+        self.into()
     }
 }
 

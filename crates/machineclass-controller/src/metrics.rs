@@ -16,7 +16,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::{Registry, Unit};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct MachineLabels {
@@ -46,62 +45,29 @@ fn driver_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 15))
 }
 
-/// The MCM metric families.
-#[derive(Clone, Debug)]
-pub struct McmMetrics {
-    items: Gauge,
-    phase: Family<MachineLabels, Gauge>,
-    info: Family<MachineInfoLabels, Gauge>,
-    requests: Family<CloudLabels, Counter>,
-    failed: Family<CloudLabels, Counter>,
-    durations: DurationFamily,
+capstan_runtime::metric_families! {
+    /// The MCM metric families.
+    #[derive(Clone, Debug)]
+    pub struct McmMetrics {
+        /// Count of machines currently managed by the mcm
+        items: Gauge = "mcm_machine_items_total",
+        /// Current status phase of the Machines (Terminating -4, Failed -3, CrashLoopBackOff -2,
+        /// Unknown -1, Pending 0, Running 1)
+        phase: Family<MachineLabels, Gauge> = "mcm_machine_current_status_phase",
+        /// Information of the Machines currently managed by the mcm
+        info: Family<MachineInfoLabels, Gauge> = "mcm_machine_info",
+        /// Number of Cloud Service API requests, partitioned by provider and service
+        // prometheus-client appends `_total` to counters.
+        requests: Family<CloudLabels, Counter> = "mcm_cloud_api_requests",
+        /// Number of Failed Cloud Service API requests, partitioned by provider and service
+        failed: Family<CloudLabels, Counter> = "mcm_cloud_api_requests_failed",
+        /// Time taken by one driver call, partitioned by provider and service
+        durations: DurationFamily = "mcm_cloud_api_driver_request_duration" in Seconds
+            => DurationFamily::new_with_constructor(driver_histogram),
+    }
 }
 
 impl McmMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
-        let metrics = Self {
-            items: Gauge::default(),
-            phase: Family::default(),
-            info: Family::default(),
-            requests: Family::default(),
-            failed: Family::default(),
-            durations: DurationFamily::new_with_constructor(driver_histogram),
-        };
-        registry.register(
-            "mcm_machine_items_total",
-            "Count of machines currently managed by the mcm",
-            metrics.items.clone(),
-        );
-        registry.register(
-            "mcm_machine_current_status_phase",
-            "Current status phase of the Machines (Terminating -4, Failed -3, CrashLoopBackOff -2, Unknown -1, Pending 0, Running 1)",
-            metrics.phase.clone(),
-        );
-        registry.register(
-            "mcm_machine_info",
-            "Information of the Machines currently managed by the mcm",
-            metrics.info.clone(),
-        );
-        // prometheus-client appends `_total` to counters.
-        registry.register(
-            "mcm_cloud_api_requests",
-            "Number of Cloud Service API requests, partitioned by provider and service",
-            metrics.requests.clone(),
-        );
-        registry.register(
-            "mcm_cloud_api_requests_failed",
-            "Number of Failed Cloud Service API requests, partitioned by provider and service",
-            metrics.failed.clone(),
-        );
-        registry.register_with_unit(
-            "mcm_cloud_api_driver_request_duration",
-            "Time taken by one driver call, partitioned by provider and service",
-            Unit::Seconds,
-            metrics.durations.clone(),
-        );
-        metrics
-    }
-
     /// Re-exports the machine gauges from the cache (items, phase, info).
     pub fn refresh(&self, machines: &Store<Machine>) {
         let all = machines.state();

@@ -30,16 +30,17 @@ pub struct Args {
 #[cfg(test)]
 mod tests {
     use super::Args;
+    use capstan_testkit::cli::assert_refused;
     use clap::Parser;
 
     #[test]
     fn zero_workers_is_refused_naming_the_flag() {
-        let err = Args::try_parse_from(["nodeslo-controller", "--workers", "0"])
-            .expect_err("0 workers would reconcile nothing");
-        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
-        let text = err.to_string();
-        assert!(text.contains("--workers"), "{text}");
-        assert!(text.contains("must be at least 1"), "{text}");
+        // 0 workers would reconcile nothing.
+        assert_refused::<Args>(
+            &["nodeslo-controller", "--workers", "0"],
+            "--workers",
+            "must be at least 1",
+        );
         let args = Args::try_parse_from(["nodeslo-controller", "--workers", "3"]).expect("3");
         assert_eq!(args.workers, 3);
     }

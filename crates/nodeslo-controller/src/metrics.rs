@@ -7,7 +7,6 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusReason {
@@ -15,35 +14,20 @@ pub struct StatusReason {
     pub reason: String,
 }
 
-#[derive(Clone, Debug, Default)]
-pub struct SloMetrics {
-    reconcile_count: Family<StatusReason, Counter>,
-    spec_parse_count: Family<StatusReason, Counter>,
-    nodeslos: Gauge,
+capstan_runtime::metric_families! {
+    #[derive(Clone, Debug)]
+    pub struct SloMetrics {
+        /// NodeSLO writes by outcome (succeeded|failed) and reason (createNodeSLO, updateNodeSLO,
+        /// deleteNodeSLO)
+        reconcile_count: Family<StatusReason, Counter> = "slo_controller_nodeslo_reconcile_count",
+        /// slo-controller-config key parses by outcome and reason (the key, or the problem)
+        spec_parse_count: Family<StatusReason, Counter> = "slo_controller_nodeslo_spec_parse_count",
+        /// NodeSLOs in the controller's cache
+        nodeslos: Gauge = "slo_controller_nodeslo_cached",
+    }
 }
 
 impl SloMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
-        let metrics = Self::default();
-        let slo = registry.sub_registry_with_prefix("slo_controller");
-        slo.register(
-            "nodeslo_reconcile_count",
-            "NodeSLO writes by outcome (succeeded|failed) and reason (createNodeSLO, updateNodeSLO, deleteNodeSLO)",
-            metrics.reconcile_count.clone(),
-        );
-        slo.register(
-            "nodeslo_spec_parse_count",
-            "slo-controller-config key parses by outcome and reason (the key, or the problem)",
-            metrics.spec_parse_count.clone(),
-        );
-        slo.register(
-            "nodeslo_cached",
-            "NodeSLOs in the controller's cache",
-            metrics.nodeslos.clone(),
-        );
-        metrics
-    }
-
     pub fn write(&self, succeeded: bool, reason: &'static str) {
         let status = if succeeded { "succeeded" } else { "failed" };
         self.reconcile_count

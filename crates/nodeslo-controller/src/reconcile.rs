@@ -22,38 +22,39 @@ use crate::watch::project_slo;
 pub const KIND: &str = "NodeSLO";
 
 /// Why one reconcile failed; the label feeds metrics, spans and logs.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum ReconcileError {
     #[error("creating NodeSLO {node}: {source}")]
+    #[strum(serialize = "create_nodeslo")]
     Create {
         node: String,
         #[source]
         source: kube::Error,
     },
     #[error("updating NodeSLO {node}: {source}")]
+    #[strum(serialize = "update_nodeslo")]
     Update {
         node: String,
         #[source]
         source: kube::Error,
     },
     #[error("deleting NodeSLO {node}: {source}")]
+    #[strum(serialize = "delete_nodeslo")]
     Delete {
         node: String,
         #[source]
         source: kube::Error,
     },
     #[error(transparent)]
+    #[strum(serialize = "spec_shape")]
     Shape(#[from] SpecShapeError),
 }
 
+/// The label is each variant's `strum(serialize)` above (`strum::IntoStaticStr`).
 impl ErrorLabel for ReconcileError {
     fn metric_label(&self) -> &'static str {
-        match self {
-            ReconcileError::Create { .. } => "create_nodeslo",
-            ReconcileError::Update { .. } => "update_nodeslo",
-            ReconcileError::Delete { .. } => "delete_nodeslo",
-            ReconcileError::Shape(_) => "spec_shape",
-        }
+        self.into()
     }
 }
 

@@ -1,11 +1,12 @@
 //! What every Capstan binary shares: CLI conventions ([`cli`]), logs and traces ([`telemetry`]),
-//! Prometheus metrics ([`metrics`]), the admin HTTP server with `/metrics`, `/livez` and `/readyz`
-//! ([`admin`]), per-object retry backoff ([`backoff`]), leader election on a Lease ([`leader`]) and
-//! graceful shutdown ([`shutdown`], [`service`]), and a keyed work queue for controllers whose
-//! reconcile key is not one cached object ([`workqueue`]), with a controller loop on it for
-//! controllers whose hand-offs are on a latency path ([`runner`]). The controller kit ([`controller`])
-//! puts them together for every binary, with traced API and gRPC requests ([`http_trace`]),
-//! Events ([`events`]), API error questions ([`kube_errors`]) and poison-tolerant locks ([`sync`]).
+//! Prometheus metrics ([`metrics`], declared with [`metric_families!`]), the admin HTTP server
+//! with `/metrics`, `/livez` and `/readyz` ([`admin`]), per-object retry backoff ([`backoff`]),
+//! leader election on a Lease ([`leader`]) and graceful shutdown ([`shutdown`], [`service`]), and a
+//! keyed work queue for controllers whose reconcile key is not one cached object ([`workqueue`]),
+//! with a controller loop on it for controllers whose hand-offs are on a latency path
+//! ([`runner`]). The controller kit ([`controller`]) puts them together for every binary, with
+//! traced API and gRPC requests ([`http_trace`]), Events ([`events`]), API error questions
+//! ([`kube_errors`]) and poison-tolerant locks ([`sync`]).
 //!
 //! A binary wires them in this order: parse [`cli::CommonArgs`], [`telemetry::init`], register
 //! metrics on a `prometheus_client` registry, [`service::Service::start`] (admin server + leader
@@ -22,6 +23,7 @@ pub mod http_trace;
 pub mod kube_errors;
 pub mod leader;
 pub mod lean;
+pub mod metric_families;
 pub mod metrics;
 pub mod own_writes;
 pub mod runner;
@@ -33,3 +35,7 @@ pub mod workqueue;
 
 pub use error::RuntimeError;
 pub use metrics::ErrorLabel;
+
+/// For [`metric_families!`]: the `prometheus_client` the expansion names.
+#[doc(hidden)]
+pub use prometheus_client;

@@ -1,7 +1,7 @@
 //! The test kit every Capstan test suite shares, so that no suite keeps its own copy: loud skips
-//! ([`require`]), polling ([`eventually`]), leader-election Leases ([`lease`]), throw-away
-//! network namespaces ([`netns`]), binaries under test and their process contract
-//! ([`process`]), Capstan's CRDs installed and Established ([`crds`]), object builders
+//! ([`require`]), refused command lines ([`cli`]), polling ([`eventually`]), leader-election
+//! Leases ([`lease`]), throw-away network namespaces ([`netns`]), binaries under test and their
+//! process contract ([`process`]), Capstan's CRDs installed and Established ([`crds`]), object builders
 //! ([`objects`], and a KubeSlice worker's in [`kubeslice`]) and an in-process OTLP trace
 //! collector ([`otlp`]).
 //!
@@ -9,6 +9,7 @@
 //! [`kubeslice`], the sidecar bench [`netns`]). It depends on neither kube-sim nor
 //! capstan-runtime, so both can use it in their own tests without a dependency cycle.
 
+pub mod cli;
 pub mod crds;
 pub mod eventually;
 pub mod kubeslice;
