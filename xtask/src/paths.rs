@@ -65,11 +65,11 @@ mod tests {
     #[test]
     fn the_target_dir_is_cargo_target_dir_when_set_and_the_workspace_target_otherwise() {
         let root = workspace_root();
-        let custom = tempfile::tempdir().unwrap();
+        let custom = tempfile::tempdir().expect("temp dir");
         let mut cargo = crate::ci::cargo_command();
         cargo.env("CARGO_TARGET_DIR", custom.path());
         assert_eq!(
-            metadata_target_dir(&mut cargo, &root).unwrap(),
+            metadata_target_dir(&mut cargo, &root).expect("cargo metadata"),
             custom.path()
         );
 
@@ -77,7 +77,7 @@ mod tests {
         cargo.env_remove("CARGO_TARGET_DIR");
         cargo.env_remove("CARGO_BUILD_TARGET_DIR");
         assert_eq!(
-            metadata_target_dir(&mut cargo, &root).unwrap(),
+            metadata_target_dir(&mut cargo, &root).expect("cargo metadata"),
             root.join("target")
         );
     }
@@ -85,26 +85,26 @@ mod tests {
     #[test]
     fn a_cargo_config_target_dir_is_honoured() {
         // A workspace of its own whose .cargo/config.toml moves the target directory.
-        let ws = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().expect("temp dir");
         std::fs::write(
             ws.path().join("Cargo.toml"),
             "[package]\nname = \"probe\"\nversion = \"0.0.0\"\nedition = \"2021\"\n[lib]\npath = \"lib.rs\"\n",
         )
-        .unwrap();
-        std::fs::write(ws.path().join("lib.rs"), "").unwrap();
-        std::fs::create_dir(ws.path().join(".cargo")).unwrap();
+        .expect("write probe file");
+        std::fs::write(ws.path().join("lib.rs"), "").expect("write lib.rs");
+        std::fs::create_dir(ws.path().join(".cargo")).expect("mkdir .cargo");
         std::fs::write(
             ws.path().join(".cargo/config.toml"),
             "[build]\ntarget-dir = \"elsewhere\"\n",
         )
-        .unwrap();
+        .expect("write probe file");
         let mut cargo = crate::ci::cargo_command();
         cargo.env_remove("CARGO_TARGET_DIR");
         cargo.env_remove("CARGO_BUILD_TARGET_DIR");
-        let dir = metadata_target_dir(&mut cargo, ws.path()).unwrap();
+        let dir = metadata_target_dir(&mut cargo, ws.path()).expect("cargo metadata");
         assert_eq!(
             dir.canonicalize().unwrap_or(dir.clone()),
-            ws.path().canonicalize().unwrap().join("elsewhere")
+            ws.path().canonicalize().expect("canonical temp dir").join("elsewhere")
         );
     }
 }
