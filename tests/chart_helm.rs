@@ -25,12 +25,14 @@ const RECOMMENDED_LABELS: [&str; 7] = [
     "helm.sh/chart",
 ];
 
-/// Every component on: the gw-recycler (with its hub Secret), the sidecar Deployment,
-/// and two machineclass replicas (leader election and a PodDisruptionBudget).
+/// Every component on: the gw-recycler (with its hub Secret), the sidecar Deployment, two
+/// machineclass replicas (leader election and a PodDisruptionBudget), and nodeslo reading
+/// Koordinator's config namespace. Install it on [`cluster_for_everything`].
 fn everything() -> Value {
     json!({
         "controllers": {
             "machineclass-controller": {"replicas": 2},
+            "nodeslo-controller": {"configNamespace": "koordinator-system"},
             "gw-recycler": {"enabled": true}
         },
         "hub": {"kubeconfigSecret": "hub-kubeconfig", "namespace": "kubeslice-demo"},
@@ -38,13 +40,19 @@ fn everything() -> Value {
     })
 }
 
-/// kube-sim with the namespace the nodeslo-controller's config lives in (a Role goes there), or
-/// `None` when Helm's library cannot run here (then the test has printed SKIPPED).
+/// A bare kube-sim (only the namespaces a new cluster has), or `None` when Helm's library cannot
+/// run here (then the test has printed SKIPPED).
 async fn cluster() -> Option<SimCluster> {
     if !helm::available().await {
         return None;
     }
-    let cluster = helm::cluster().await;
+    Some(helm::cluster().await)
+}
+
+/// A bare kube-sim plus the namespaces [`everything`] names and does not own: Koordinator's
+/// (nodeslo's config Role) and KubeSlice's (the gw-recycler's Role).
+async fn cluster_for_everything() -> Option<SimCluster> {
+    let cluster = cluster().await?;
     cluster
         .create_namespaces(&["koordinator-system", "kubeslice-system"])
         .await;
@@ -133,8 +141,54 @@ async fn lint_is_clean() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_component_installs_then_upgrades() {
+async fn the_default_install_works_on_a_bare_cluster_and_says_where_the_config_goes() {
     let Some(cluster) = cluster().await else {
+        return;
+    };
+    let release = ok(
+        helm::install(&cluster, "capstan", NS, &json!({})).await,
+        "install with default values",
+    );
+    assert_eq!(release["info"]["status"], "deployed", "{release}");
+    // nodeslo reads slo-controller-config in the release namespace, where its Role is.
+    let rendered = objects(&release);
+    let nodeslo = rendered
+        .iter()
+        .find(|o| {
+            o["kind"] == "Deployment" && o["metadata"]["name"] == "capstan-nodeslo-controller"
+        })
+        .expect("nodeslo Deployment");
+    let args = nodeslo["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains(&format!("--config-namespace={NS}")), "{args}");
+    let roles: Api<Role> = Api::namespaced(cluster.client.clone(), NS);
+    let lp = ListParams::default().labels("app.kubernetes.io/component=nodeslo-controller");
+    assert_eq!(roles.list(&lp).await.expect("list").items.len(), 1);
+    let notes = release["info"]["notes"].as_str().unwrap_or_default();
+    assert!(
+        notes.contains(&format!(
+            "reads ConfigMap {NS}/slo-controller-config (the release"
+        )),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("configNamespace=koordinator-system"),
+        "{notes}"
+    );
+    // Naming a namespace that does not exist fails with Helm's message naming it.
+    let err = helm::upgrade(
+        &cluster,
+        "capstan",
+        NS,
+        &json!({"controllers": {"nodeslo-controller": {"configNamespace": "koordinator-system"}}}),
+    )
+    .await
+    .expect_err("koordinator-system does not exist here");
+    assert!(format!("{err:?}").contains("koordinator-system"), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_component_installs_then_upgrades() {
+    let Some(cluster) = cluster_for_everything().await else {
         return;
     };
     let release = ok(
@@ -328,10 +382,17 @@ async fn a_second_release_in_another_namespace_coexists() {
     ] {
         assert!(roles.get_opt(name).await.expect("get").is_some(), "{name}");
     }
-    // Roles in namespaces shared by the releases (the NodeSLO config's, `default` for Node Events).
-    let config_roles: Api<Role> = Api::namespaced(cluster.client.clone(), "koordinator-system");
+    // Each release reads its NodeSLO config in its own namespace; Node Events go to `default`,
+    // shared by the releases.
     let lp = ListParams::default().labels("app.kubernetes.io/component=nodeslo-controller");
-    assert_eq!(config_roles.list(&lp).await.expect("list").items.len(), 3);
+    for namespace in [NS, "team-b", "team-c"] {
+        let config_roles: Api<Role> = Api::namespaced(cluster.client.clone(), namespace);
+        assert_eq!(
+            config_roles.list(&lp).await.expect("list").items.len(),
+            1,
+            "{namespace}"
+        );
+    }
     let event_roles: Api<Role> = Api::namespaced(cluster.client.clone(), "default");
     assert_eq!(event_roles.list(&lp).await.expect("list").items.len(), 3);
     let bindings: Api<ClusterRoleBinding> = Api::all(cluster.client.clone());
@@ -400,7 +461,7 @@ async fn bad_values_are_rejected_naming_the_field() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uninstall_leaves_nothing_and_the_same_name_installs_again() {
-    let Some(cluster) = cluster().await else {
+    let Some(cluster) = cluster_for_everything().await else {
         return;
     };
     ok(
@@ -455,7 +516,7 @@ fn service_monitors(cluster: &SimCluster) -> Api<DynamicObject> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_monitors_select_exactly_each_metrics_service() {
-    let Some(cluster) = cluster().await else {
+    let Some(cluster) = cluster_for_everything().await else {
         return;
     };
     let mut values = everything();

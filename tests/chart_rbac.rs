@@ -31,14 +31,18 @@ const WAIT: Duration = Duration::from_secs(60);
 #[path = "chart_rbac/gw_recycler.rs"]
 mod gw_recycler;
 
-/// The chart installed as `capstan` in capstan-system, Machines in their own namespace.
+/// The chart installed as `capstan` in capstan-system, Machines in their own namespace and the
+/// NodeSLO config in Koordinator's.
 async fn installed() -> Option<(SimCluster, Value)> {
     if !helm::available().await {
         return None;
     }
     let cluster = helm::cluster().await;
     cluster.create_namespaces(&[CONFIG_NS, MACHINES]).await;
-    let values = json!({"controllers": {"machineclass-controller": {"namespace": MACHINES}}});
+    let values = json!({"controllers": {
+        "machineclass-controller": {"namespace": MACHINES},
+        "nodeslo-controller": {"configNamespace": CONFIG_NS}
+    }});
     let release = match helm::install(&cluster, "capstan", NS, &values).await {
         Ok(r) => r,
         Err(e) => panic!("install failed: {e:?}"),

@@ -58,6 +58,11 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace 
 {{- (index .Values.controllers "machineclass-controller").namespace | default .Release.Namespace -}}
 {{- end -}}
 
+{{/* Where nodeslo-controller reads slo-controller-config: configNamespace, else the release's. */}}
+{{- define "capstan.sloConfigNamespace" -}}
+{{- (index .Values.controllers "nodeslo-controller").configNamespace | default .Release.Namespace -}}
+{{- end -}}
+
 {{/* A preferred anti-affinity spreading one component's replicas over nodes. */}}
 {{- define "capstan.defaultAffinity" -}}
 podAntiAffinity:
