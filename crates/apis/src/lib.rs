@@ -7,6 +7,13 @@
 //!
 //! String enums keep unknown strings in an `Other(String)` variant (see [`wire`]), so objects
 //! written by other controllers always decode and round-trip unchanged.
+//!
+//! Printer columns (`kubectl get`): Machine's are MCM's (Status, Age, Node, ProviderID).
+//! **Decision:** MCM's MachineClass, Koordinator's NodeSLO and KubeSlice's WorkerSliceGwRecycler
+//! CRDs declare none, so theirs are ours, chosen for a user: a class's provider, instance type,
+//! region (zone in `-o wide`); a NodeSLO's BE threshold switch and percents (CPU burst policy
+//! wide); a recycle's state, slice and gateways (request and response wide). Extra columns
+//! change no stored field, so objects stay wire-compatible (`tests/printer_columns.rs`).
 
 pub mod crds;
 pub mod duration;

@@ -65,6 +65,11 @@ pub const REQUIRED_CAPACITY_KEYS: [&str; 3] = ["cpu", "gpu", "memory"];
     doc = "A provider-specific machine template (MCM MachineClass); fields sit at the top level, there is no spec.",
     plural = "machineclasses",
     shortname = "mcc",
+    printcolumn = r#"{"name":"Provider","type":"string","description":"Provider of the cloud-specific driver","jsonPath":".provider"}"#,
+    printcolumn = r#"{"name":"Instance Type","type":"string","description":"Instance type of the machines of this class","jsonPath":".nodeTemplate.instanceType"}"#,
+    printcolumn = r#"{"name":"Region","type":"string","description":"Region of the machines of this class","jsonPath":".nodeTemplate.region"}"#,
+    printcolumn = r#"{"name":"Zone","type":"string","description":"Zone of the machines of this class","priority":1,"jsonPath":".nodeTemplate.zone"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     namespaced,
     no_spec,
     derive = "PartialEq"

@@ -49,6 +49,11 @@ pub const ANNOTATION_NETWORK_BANDWIDTH: &str = "node.koordinator.sh/network-band
     root = "NodeSlo",
     plural = "nodeslos",
     singular = "nodeslo",
+    printcolumn = r#"{"name":"Threshold","type":"boolean","description":"Whether BE pods are suppressed and evicted on node usage","jsonPath":".spec.resourceUsedThresholdWithBE.enable"}"#,
+    printcolumn = r#"{"name":"CPU Suppress %","type":"integer","description":"Node CPU usage above which BE pods are suppressed","jsonPath":".spec.resourceUsedThresholdWithBE.cpuSuppressThresholdPercent"}"#,
+    printcolumn = r#"{"name":"Memory Evict %","type":"integer","description":"Node memory usage above which BE pods are evicted","jsonPath":".spec.resourceUsedThresholdWithBE.memoryEvictThresholdPercent"}"#,
+    printcolumn = r#"{"name":"CPU Burst","type":"string","description":"CPU burst policy","priority":1,"jsonPath":".spec.cpuBurstStrategy.policy"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     status = "NodeSloStatus",
     derive = "PartialEq"
 )]

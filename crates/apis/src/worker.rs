@@ -36,6 +36,13 @@ pub const EVENT_FSM_DELETE_OLD_GW: &str = "FSMDeleteOldGW";
     doc = "A make-before-break replacement of one slice gateway pair; the server instance writes spec, the client instance writes status.",
     plural = "workerslicegwrecyclers",
     singular = "workerslicegwrecycler",
+    printcolumn = r#"{"name":"State","type":"string","description":"Step of the make-before-break recycle","jsonPath":".spec.state"}"#,
+    printcolumn = r#"{"name":"Slice","type":"string","jsonPath":".spec.sliceName"}"#,
+    printcolumn = r#"{"name":"Server Gateway","type":"string","description":"SliceGateway on the server cluster","jsonPath":".spec.sliceGwServer"}"#,
+    printcolumn = r#"{"name":"Client Gateway","type":"string","description":"SliceGateway on the client cluster","jsonPath":".spec.sliceGwClient"}"#,
+    printcolumn = r#"{"name":"Request","type":"string","description":"Work the server asks of the client","priority":1,"jsonPath":".spec.request"}"#,
+    printcolumn = r#"{"name":"Response","type":"string","description":"The client's answer","priority":1,"jsonPath":".status.client.response"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     namespaced,
     status = "WorkerSliceGwRecyclerStatus",
     derive = "PartialEq"
