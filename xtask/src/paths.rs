@@ -104,7 +104,10 @@ mod tests {
         let dir = metadata_target_dir(&mut cargo, ws.path()).expect("cargo metadata");
         assert_eq!(
             dir.canonicalize().unwrap_or(dir.clone()),
-            ws.path().canonicalize().expect("canonical temp dir").join("elsewhere")
+            ws.path()
+                .canonicalize()
+                .expect("canonical temp dir")
+                .join("elsewhere")
         );
     }
 }
