@@ -24,6 +24,9 @@ capstan_runtime::metric_families! {
         spec_parse_count: Family<StatusReason, Counter> = "slo_controller_nodeslo_spec_parse_count",
         /// NodeSLOs in the controller's cache
         nodeslos: Gauge = "slo_controller_nodeslo_cached",
+        /// Nodes in the controller's cache (Capstan's: beside the NodeSLO count it shows Nodes
+        /// still waiting for their NodeSLO, the chart's NodeSLOsMissing alert)
+        nodes: Gauge = "capstan_nodeslo_nodes_cached",
     }
 }
 
@@ -48,7 +51,10 @@ impl SloMetrics {
             .inc();
     }
 
-    pub fn set_cached_nodeslos(&self, count: usize) {
-        self.nodeslos.set(i64::try_from(count).unwrap_or(i64::MAX));
+    /// The sizes of the two caches, after each watch event.
+    pub fn set_cached(&self, nodes: usize, nodeslos: usize) {
+        self.nodes.set(i64::try_from(nodes).unwrap_or(i64::MAX));
+        self.nodeslos
+            .set(i64::try_from(nodeslos).unwrap_or(i64::MAX));
     }
 }

@@ -55,7 +55,8 @@ impl NodeSloController {
             match event {
                 Ok(event) => {
                     let changed = write(projection).apply(project_event(event, &project), same);
-                    self.metrics.set_cached_nodeslos(read(&self.slos).len());
+                    self.metrics
+                        .set_cached(read(&self.nodes).len(), read(&self.slos).len());
                     self.enqueue(changed);
                     self.update_synced();
                 }
