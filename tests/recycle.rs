@@ -440,7 +440,10 @@ async fn a_condition_that_never_comes_ends_in_error_state_with_a_warning() {
     // No recycler on the client cluster: the client never responds.
     let _server = bed
         .server
-        .spawn_recycler(&bed.hub, &["--step-timeout", "2s"])
+        .spawn_recycler(
+            &bed.hub,
+            &["--step-timeout", "2s", "--drain-delay", "200ms"],
+        )
         .await;
     bed.server
         .wait_steady(&SERVER_BEFORE, &BTreeSet::new())

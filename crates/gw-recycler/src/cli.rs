@@ -86,7 +86,8 @@ pub struct Args {
     #[arg(long, env = "STEP_TIMEOUT", default_value = "5m", value_parser = parse_positive_duration)]
     pub step_timeout: Duration,
 
-    /// Pause between moving the routes and removing the old gateway (Go duration).
+    /// Pause between moving the routes and removing the old gateway (Go duration). As in
+    /// KubeSlice it delays the server side only; it must be shorter than --step-timeout.
     #[arg(long, env = "DRAIN_DELAY", default_value = "5s", value_parser = parse_duration)]
     pub drain_delay: Duration,
 
@@ -129,6 +130,34 @@ pub struct Args {
     pub common: CommonArgs,
 }
 
+impl Args {
+    /// The command line, with the checks that span flags; a contradiction exits with clap's
+    /// usage error (exit code 2), as a malformed flag does.
+    pub fn parse_checked() -> Self {
+        let args = <Self as clap::Parser>::parse();
+        if let Err(error) = args.check() {
+            error.exit()
+        }
+        args
+    }
+
+    /// Flags that each parse but cannot work together.
+    pub fn check(&self) -> Result<(), clap::Error> {
+        if self.command.is_none() && self.drain_delay >= self.step_timeout {
+            return Err(<Self as clap::CommandFactory>::command().error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!(
+                    "--drain-delay ({:?}) must be shorter than --step-timeout ({:?}): the old \
+                     gateway is deleted only after the drain delay, so every recycle would time \
+                     out in that step; lower --drain-delay or raise --step-timeout",
+                    self.drain_delay, self.step_timeout
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[derive(clap::Subcommand, Debug)]
 pub enum Command {
     /// Create a WorkerSliceGwRecycler on the hub (and optionally follow it).
@@ -168,5 +197,30 @@ mod tests {
         let err = Args::try_parse_from(["gw-recycler", "--step-timeout", "5"])
             .expect_err("a unitless duration");
         assert!(err.to_string().contains("--step-timeout"), "{err}");
+    }
+
+    #[test]
+    fn a_drain_delay_not_shorter_than_the_step_timeout_is_refused_naming_both() {
+        // Every deletion step would wait out its own timeout.
+        for drain in ["5m", "10m"] {
+            let args = Args::try_parse_from([
+                "gw-recycler",
+                "--drain-delay",
+                drain,
+                "--step-timeout",
+                "5m",
+            ])
+            .expect("each flag parses");
+            let err = args.check().expect_err("the pair is refused");
+            assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+            let text = err.to_string();
+            assert!(
+                text.contains("--drain-delay") && text.contains("--step-timeout (300s)"),
+                "{text}"
+            );
+        }
+        let args = Args::try_parse_from(["gw-recycler", "--drain-delay", "299s"]).expect("parses");
+        args.check()
+            .expect("a drain shorter than the 5m default timeout");
     }
 }

@@ -3,9 +3,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::ExitCode;
 
-use clap::Parser;
-
 #[tokio::main]
 async fn main() -> ExitCode {
-    capstan_gw_recycler::main_with(Parser::parse()).await
+    capstan_gw_recycler::main_with(capstan_gw_recycler::cli::Args::parse_checked()).await
 }

@@ -40,3 +40,20 @@ async fn reads_flags_from_the_environment_and_logs_json() {
 async fn bad_configuration_exits_non_zero_without_serving() {
     contract::bad_configuration_exits_non_zero_without_serving(BIN, &["--role", "server"]).await;
 }
+
+#[tokio::test]
+async fn a_drain_delay_not_shorter_than_the_step_timeout_stops_start_up_naming_both() {
+    let out = tokio::process::Command::new(BIN)
+        .args(["--drain-delay", "5m", "--step-timeout", "5m"])
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .output()
+        .await
+        .expect("gw-recycler runs");
+    // clap's usage-error exit code, before any connection is made.
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--drain-delay (300s) must be shorter than --step-timeout (300s)"),
+        "{stderr}"
+    );
+}
