@@ -10,7 +10,6 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{Value, json};
 
@@ -489,26 +488,6 @@ async fn uninstall_leaves_nothing_and_the_same_name_installs_again() {
     assert_eq!(again["version"], 1);
 }
 
-/// A minimal `monitoring.coreos.com/v1` ServiceMonitor CRD, as the Prometheus Operator installs it
-/// (its schema reduced to "any object": this test checks what the chart writes, not the operator).
-fn service_monitor_crd() -> CustomResourceDefinition {
-    serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
-        "spec": {
-            "group": "monitoring.coreos.com",
-            "scope": "Namespaced",
-            "names": {"plural": "servicemonitors", "singular": "servicemonitor",
-                      "kind": "ServiceMonitor", "listKind": "ServiceMonitorList"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object",
-                    "x-kubernetes-preserve-unknown-fields": true}}}]
-        }
-    }))
-    .expect("CRD")
-}
-
 fn service_monitors(cluster: &SimCluster) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor");
     Api::namespaced_with(cluster.client.clone(), NS, &ApiResource::from_gvk(&gvk))
@@ -536,7 +515,7 @@ async fn service_monitors_select_exactly_each_metrics_service() {
     let left = count_labelled(&cluster, "capstan").await;
     assert!(left.is_empty(), "the refused install left {left:?}");
 
-    capstan_testkit::install_crds(&cluster.client, [service_monitor_crd()])
+    capstan_testkit::install_crds(&cluster.client, [helm::monitoring_crd("ServiceMonitor")])
         .await
         .expect("ServiceMonitor CRD established");
     ok(

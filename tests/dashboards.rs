@@ -17,7 +17,6 @@ use capstan_testkit::eventually;
 use capstan_testkit::process::{BinaryUnderTest, http_get};
 use capstan_testkit_sim::{SimCluster, wait_ready};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 
@@ -30,20 +29,22 @@ const CONTROLLERS: [&str; 3] = [
 
 // ---- PromQL: the metric names a query reads -------------------------------------------------
 
-/// Words that are PromQL syntax, not series (aggregations and functions are recognised by the
-/// `(` that follows them).
-const KEYWORDS: [&str; 22] = [
+/// PromQL keywords whose parenthesised list holds label names (`by (le)`, `on (pod)`).
+const LABEL_LISTS: [&str; 6] = [
     "by",
     "without",
     "on",
     "ignoring",
     "group_left",
     "group_right",
+];
+/// The other words that are PromQL syntax, not series (functions are recognised by the `(` that
+/// follows them; aggregations may take `by (..)` first).
+const OTHER_KEYWORDS: [&str; 16] = [
     "bool",
     "and",
     "or",
     "unless",
-    // Aggregations, which may take `by (..)` before their `(`.
     "sum",
     "min",
     "max",
@@ -56,15 +57,6 @@ const KEYWORDS: [&str; 22] = [
     "bottomk",
     "quantile",
     "count_values",
-];
-/// Keywords whose parenthesised list holds label names.
-const LABEL_LISTS: [&str; 6] = [
-    "by",
-    "without",
-    "on",
-    "ignoring",
-    "group_left",
-    "group_right",
 ];
 
 /// The metric names in a PromQL expression (Grafana's `$variables` and label matchers skipped).
@@ -124,7 +116,10 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
                 if LABEL_LISTS.contains(&word.as_str()) && called {
                     i = next;
                     skip_group(&mut i, '(', ')');
-                } else if !called && !KEYWORDS.contains(&word.as_str()) {
+                } else if !called
+                    && !LABEL_LISTS.contains(&word.as_str())
+                    && !OTHER_KEYWORDS.contains(&word.as_str())
+                {
                     names.insert(word);
                 }
             }
@@ -304,24 +299,6 @@ async fn exports(cluster: &SimCluster) -> BTreeMap<&'static str, Exports> {
 
 // ---- The chart ------------------------------------------------------------------------------
 
-fn prometheus_rule_crd() -> CustomResourceDefinition {
-    serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "prometheusrules.monitoring.coreos.com"},
-        "spec": {
-            "group": "monitoring.coreos.com",
-            "scope": "Namespaced",
-            "names": {"plural": "prometheusrules", "singular": "prometheusrule",
-                      "kind": "PrometheusRule", "listKind": "PrometheusRuleList"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object",
-                    "x-kubernetes-preserve-unknown-fields": true}}}]
-        }
-    }))
-    .expect("CRD")
-}
-
 /// Each controller's queries, from the rendered dashboards and rule groups.
 fn queries(objects: &[Value]) -> BTreeMap<String, Vec<String>> {
     let mut queries: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -375,9 +352,12 @@ async fn every_dashboard_and_alert_query_names_a_metric_the_binaries_export() {
     }
     let chart_cluster = helm::cluster().await;
     chart_cluster.create_namespaces(&["kubeslice-system"]).await;
-    capstan_testkit::install_crds(&chart_cluster.client, [prometheus_rule_crd()])
-        .await
-        .expect("PrometheusRule CRD established");
+    capstan_testkit::install_crds(
+        &chart_cluster.client,
+        [helm::monitoring_crd("PrometheusRule")],
+    )
+    .await
+    .expect("PrometheusRule CRD established");
     let values = json!({
         "controllers": {"gw-recycler": {"enabled": true}},
         "hub": {"kubeconfigSecret": "hub", "namespace": "kubeslice-demo"},

@@ -5,9 +5,10 @@
 use std::path::Path;
 
 use capstan_testkit_sim::SimCluster;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube_sim::Config;
 use kube_sim::auth::AuthConfig;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::tools::{chart_dir, workspace_root};
 
@@ -127,4 +128,27 @@ pub async fn uninstall(
         &["uninstall", name, namespace],
     )
     .await
+}
+
+/// A minimal `monitoring.coreos.com/v1` CRD of `kind` (`ServiceMonitor`, `PrometheusRule`), as the
+/// Prometheus Operator installs it, its schema reduced to "any object": the scenarios check what
+/// the chart writes, not the operator.
+pub fn monitoring_crd(kind: &str) -> CustomResourceDefinition {
+    let singular = kind.to_lowercase();
+    let plural = format!("{singular}s");
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.monitoring.coreos.com")},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "scope": "Namespaced",
+            "names": {"plural": plural, "singular": singular,
+                      "kind": kind, "listKind": format!("{kind}List")},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    }))
+    .expect("CRD")
 }

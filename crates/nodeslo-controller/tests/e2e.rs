@@ -511,4 +511,16 @@ async fn bandwidth_annotation_overrides_and_an_invalid_one_is_reported_on_the_no
     ] {
         assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
     }
+    // Both caches hold both: the chart's NodeSLOsMissing alert compares these two gauges.
+    eventually("both caches counted", WAIT, || async {
+        let metrics = http_get(controller.admin_addr(), "/metrics")
+            .await
+            .ok()?
+            .body;
+        let lines: Vec<&str> = metrics.lines().collect();
+        (lines.contains(&"capstan_nodeslo_nodes_cached 2")
+            && lines.contains(&"slo_controller_nodeslo_cached 2"))
+        .then_some(())
+    })
+    .await;
 }
