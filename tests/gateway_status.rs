@@ -45,19 +45,67 @@ async fn get_status_calls(pod_ip: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Sets the `down` flag of the tunnel the memory gw-sidecar at `pod_ip` reports.
-async fn set_tunnel_down(pod_ip: &str, down: bool) {
+/// Edits the status the memory gw-sidecar at `pod_ip` reports (`GET`, change, `PUT`).
+async fn edit_sidecar_status(pod_ip: &str, edit: impl FnOnce(&mut serde_json::Value)) {
     let admin: SocketAddr = format!("{pod_ip}:{ADMIN_PORT}")
         .parse()
         .expect("admin address");
     let current = http_get(admin, STATUS_PATH).await.expect("sidecar status");
     assert_eq!(current.status, 200, "{}", current.body);
     let mut status: serde_json::Value = serde_json::from_str(&current.body).expect("status json");
-    status["tunnel"]["down"] = serde_json::Value::Bool(down);
+    edit(&mut status);
     let put = http_put_json(admin, STATUS_PATH, &status)
         .await
         .expect("status replaced");
     assert_eq!(put.status, 200, "{}", put.body);
+}
+
+/// Sets the `down` flag of the tunnel the memory gw-sidecar at `pod_ip` reports.
+async fn set_tunnel_down(pod_ip: &str, down: bool) {
+    edit_sidecar_status(pod_ip, |status| {
+        status["tunnel"]["down"] = serde_json::Value::Bool(down);
+    })
+    .await;
+}
+
+/// Makes the memory gw-sidecar at `pod_ip` fail `GetStatus` with UNAVAILABLE (or answer again).
+async fn set_unavailable(pod_ip: &str, unavailable: bool) {
+    edit_sidecar_status(pod_ip, |status| {
+        status["unavailable"] = serde_json::Value::Bool(unavailable);
+    })
+    .await;
+}
+
+/// The NSM IPs `gatewayPodStatus` publishes.
+async fn published_nsm_ips(worker: &Worker) -> BTreeSet<String> {
+    let api: Api<SliceGateway> = Api::namespaced(worker.cluster.client.clone(), NS);
+    let gateway = api.get(SERVER_GW).await.expect("gateway");
+    gateway
+        .gateway_pods()
+        .iter()
+        .filter_map(|p| p.nsm_ip().map(str::to_owned))
+        .collect()
+}
+
+/// Waits until every sidecar at `pod_ips` has been asked `more` more times than `since`.
+async fn wait_asked(pod_ips: &[String], since: &[u64], more: u64) {
+    eventually("the silent sidecars asked again", WAIT, || async {
+        for (ip, before) in pod_ips.iter().zip(since) {
+            if get_status_calls(ip).await < before + more {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+}
+
+async fn calls_of(pod_ips: &[String]) -> Vec<u64> {
+    let mut calls = Vec::new();
+    for ip in pod_ips {
+        calls.push(get_status_calls(ip).await);
+    }
+    calls
 }
 
 /// The server worker's gateways steady under a gw-recycler asking every `interval`: the testbed,
@@ -144,4 +192,74 @@ async fn a_tunnel_that_stays_down_is_asked_every_status_interval() {
         (1..=3).contains(&asked),
         "a DOWN sidecar asked {asked} times in {WINDOW:?} with a {INTERVAL:?} status interval"
     );
+}
+
+/// A sidecar hiccup is not a withdrawn gateway: while every gateway sidecar fails `GetStatus`,
+/// the router keeps routing via both gateways and `gatewayPodStatus` keeps their NSM IPs, from
+/// the last answers the running reconciler kept and, after a restart of the recycler, from what
+/// it had published. Before, each failing pass published the pods without NSM IP and pushed an
+/// empty next-hop list, and the remote subnet lost its route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateways_whose_sidecars_stop_answering_keep_their_routes_and_status() {
+    let (bed, recycler, nsm, _) = steady(100, "1s").await;
+    assert_eq!(nsm.len(), 2, "two gateways, two NSM IPs: {nsm:?}");
+    let mut pod_ips = Vec::new();
+    for deployment in SERVER_BEFORE {
+        pod_ips.extend(bed.server.pod_ips_of(deployment).await);
+    }
+    assert_eq!(pod_ips.len(), 2, "{pod_ips:?}");
+    eventually("both NSM IPs published", WAIT, || async {
+        (published_nsm_ips(&bed.server).await == nsm).then_some(())
+    })
+    .await;
+
+    let down_nsm = bed.server.nsm_ips_of(SERVER_BEFORE[0]).await;
+    let down_nsm = down_nsm.into_iter().next().expect("instance 0's NSM IP");
+    let down_ip = bed
+        .server
+        .pod_ips_of(SERVER_BEFORE[0])
+        .await
+        .into_iter()
+        .next()
+        .expect("a pod of instance 0");
+    for ip in &pod_ips {
+        set_unavailable(ip, true).await;
+    }
+    let still_routed = || async {
+        for ip in &nsm {
+            assert_eq!(
+                bed.server.routes_via(ip).await,
+                Some(true),
+                "the route via {ip} withdrawn while the sidecars did not answer"
+            );
+        }
+        assert_eq!(published_nsm_ips(&bed.server).await, nsm);
+    };
+    // Several passes of the running recycler (a 1 s status interval) with no answer.
+    let before = calls_of(&pod_ips).await;
+    wait_asked(&pod_ips, &before, 3).await;
+    still_routed().await;
+
+    // A restarted recycler has no answers in memory: what it published stands.
+    drop(recycler);
+    let _recycler = bed
+        .server
+        .spawn_recycler(&bed.hub, &["--status-interval", "1s"])
+        .await;
+    let before = calls_of(&pod_ips).await;
+    wait_asked(&pod_ips, &before, 3).await;
+    still_routed().await;
+
+    // Answering again, DOWN: now the sidecar said so, and that gateway leaves the next hops.
+    for ip in &pod_ips {
+        set_unavailable(ip, false).await;
+    }
+    set_tunnel_down(&down_ip, true).await;
+    eventually("the DOWN tunnel out of the next hops", WAIT, || async {
+        (bed.server.routes_via(&down_nsm).await == Some(false)).then_some(())
+    })
+    .await;
+    for ip in nsm.iter().filter(|ip| **ip != down_nsm) {
+        assert_eq!(bed.server.routes_via(ip).await, Some(true), "{ip}");
+    }
 }

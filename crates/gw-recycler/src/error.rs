@@ -90,6 +90,11 @@ pub enum ReconcileError {
         #[source]
         source: kube::Error,
     },
+    #[error(
+        "no gateway pod of SliceGateway {gateway} is known to carry traffic and the sidecars of \
+         {pods:?} did not answer GetStatus: the router keeps its next hops"
+    )]
+    SidecarsSilent { gateway: String, pods: Vec<String> },
     #[error("SliceGateway {0} is not in the cache")]
     GatewayMissing(String),
     #[error("SliceGateway {gateway} has no {field}")]

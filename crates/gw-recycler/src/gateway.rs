@@ -11,7 +11,7 @@ use capstan_apis::networking::{GwPodInfo, SliceGateway, TunnelState, TunnelStatu
 use capstan_runtime::kube_errors::{is_conflict, is_not_found};
 use capstan_runtime::sync::lock;
 use gw_recycler_core::naming::{deployment_name, instance_of};
-use gw_recycler_core::nexthop::{GatewayPodFacts, next_hops};
+use gw_recycler_core::nexthop::{GatewayPodFacts, NextHops, next_hops};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DeleteParams, Patch, PostParams};
 use serde_json::json;
@@ -48,7 +48,8 @@ pub struct GatewayReconciler {
     /// when they change, to a new router pod or a restarted router container, or after a failed
     /// push. One entry per gateway, so routers coming and going leave nothing behind.
     pushed: Mutex<HashMap<String, Pushed>>,
-    /// Per gateway, the sidecar answers of its pods (see [`STATUS_TTL`]).
+    /// Per gateway, the sidecar answers of its pods (see [`STATUS_TTL`]), and the last complete
+    /// one per pod incarnation, which stands while its sidecar does not answer.
     answers: Mutex<HashMap<String, Answers>>,
 }
 
@@ -73,9 +74,17 @@ impl Answers {
     /// The answer that still stands for `pod` as it is now: the same incarnation at the same IP,
     /// asked less than [`STATUS_TTL`] ago.
     fn standing(&self, pod: &str, incarnation: &str, ip: &str, now: Instant) -> Option<&Answer> {
-        self.complete.get(pod).filter(|a| {
-            a.incarnation == incarnation && a.ip == ip && now.duration_since(a.at) < STATUS_TTL
-        })
+        self.last_good(pod, incarnation, ip)
+            .filter(|a| now.duration_since(a.at) < STATUS_TTL)
+    }
+
+    /// The last complete answer of `pod` as it is now (the same incarnation at the same IP), however
+    /// old: what stands when its sidecar does not answer. A restarted container, a new IP or an
+    /// answer since that was not complete (a tunnel DOWN) ends it.
+    fn last_good(&self, pod: &str, incarnation: &str, ip: &str) -> Option<&Answer> {
+        self.complete
+            .get(pod)
+            .filter(|a| a.incarnation == incarnation && a.ip == ip)
     }
 
     /// Keeps `answer` for `pod` when it is [`complete`]; an incomplete one is asked again on the
@@ -111,12 +120,50 @@ impl Answers {
     }
 }
 
-/// Whether a sidecar's answer says all the reconciler waits for: an NSM IP and an UP tunnel, read
-/// as `gatewayPodStatus` publishes them (a missing field as its proto default, status 0 = UP).
+/// Whether a sidecar's answer says all the reconciler waits for: an NSM IP and an UP tunnel.
 fn complete(status: &GwPodStatus) -> bool {
     let nsm_ip = status.nsm_intf_status.as_ref().map(|n| n.nsm_ip.as_str());
-    let tunnel = status.tunnel_status.as_ref().map_or(0, |t| t.status);
-    !nsm_ip.unwrap_or_default().is_empty() && TunnelState::from(tunnel) == TunnelState::Up
+    !nsm_ip.unwrap_or_default().is_empty() && tunnel_state(status) == TunnelState::Up
+}
+
+/// The tunnel state a sidecar reports. No `tunnelStatus` at all is DOWN: KubeSlice's sidecar
+/// omits it until its first tunnel check, so the proto default (0 = UP) would route traffic into a
+/// tunnel nobody has seen up.
+fn tunnel_state(status: &GwPodStatus) -> TunnelState {
+    status
+        .tunnel_status
+        .as_ref()
+        .map_or(TunnelState::Down, |t| TunnelState::from(t.status))
+}
+
+/// The `gatewayPodStatus` entry of pod `name` at `ip` whose sidecar answered `status`.
+fn published(name: Option<String>, ip: String, status: &GwPodStatus) -> GwPodInfo {
+    let nsm_ip = status.nsm_intf_status.as_ref().map(|n| n.nsm_ip.clone());
+    let tunnel = status.tunnel_status.clone().unwrap_or_default();
+    GwPodInfo {
+        pod_name: name,
+        pod_ip: Some(ip),
+        local_nsm_ip: Some(nsm_ip.unwrap_or_default()),
+        tunnel_status: Some(TunnelStatus {
+            intf_name: Some(tunnel.net_interface),
+            local_ip: Some(tunnel.local_ip),
+            remote_ip: Some(tunnel.peer_ip),
+            status: Some(tunnel_state(status)),
+            ..TunnelStatus::default()
+        }),
+        ..GwPodInfo::default()
+    }
+}
+
+/// The gateway's Running pods as its sidecars (or what stands for them) describe them.
+#[derive(Debug, Default)]
+struct PodStatus {
+    /// The `gatewayPodStatus` entries.
+    infos: Vec<GwPodInfo>,
+    /// A sidecar not ready yet, for less than the status interval (see [`Pass::unready`]).
+    unready: bool,
+    /// Pods whose sidecar did not answer with nothing known of their incarnation.
+    unanswered: BTreeSet<String>,
 }
 
 /// The next hops last pushed for one gateway, and to which router incarnation.
@@ -180,9 +227,13 @@ impl GatewayReconciler {
         self.ensure_deployments(world, gateway, &name, &slice)
             .await?;
         // Pod status from the sidecars.
-        let (infos, unready) = self.pod_status(world, &name).await;
+        let PodStatus {
+            infos,
+            unready,
+            unanswered,
+        } = self.pod_status(world, gateway, &name).await;
         let pushed = self
-            .push_next_hops(world, gateway, &name, &slice, &infos)
+            .push_next_hops(world, gateway, &name, &slice, &infos, &unanswered)
             .await;
         if matches!(pushed, Ok(true)) {
             on_pushed();
@@ -210,7 +261,8 @@ impl GatewayReconciler {
     }
 
     /// Pushes the next hops `infos` and the pods' labels select to the slice router, when they
-    /// differ from what it last got; whether they went out.
+    /// differ from what it last got; whether they went out. None go out when the sidecars of
+    /// `unanswered` pods leave nothing known to carry traffic (see [`NextHops::Keep`]).
     async fn push_next_hops(
         &self,
         world: &World,
@@ -218,6 +270,7 @@ impl GatewayReconciler {
         name: &str,
         slice: &str,
         infos: &[GwPodInfo],
+        unanswered: &BTreeSet<String>,
     ) -> Result<bool, ReconcileError> {
         let facts: Vec<GatewayPodFacts> = world
             .gateway_pods(name)
@@ -231,11 +284,20 @@ impl GatewayReconciler {
                     excluded: is_excluded(pod),
                     nsm_ip: info.and_then(|i| i.nsm_ip()).unwrap_or_default().to_owned(),
                     tunnel_up: info.is_some_and(|i| i.tunnel_up()),
+                    unanswered: unanswered.contains(&pod_name),
                     pod_name,
                 }
             })
             .collect();
-        let hops = next_hops(&facts);
+        let hops = match next_hops(&facts) {
+            NextHops::Push(hops) => hops,
+            NextHops::Keep { unanswered } => {
+                return Err(ReconcileError::SidecarsSilent {
+                    gateway: name.to_owned(),
+                    pods: unanswered,
+                });
+            }
+        };
         let (Some((router_incarnation, router)), Some(subnet)) =
             (world.router(slice), remote_subnet(gateway))
         else {
@@ -353,15 +415,17 @@ impl GatewayReconciler {
 
     /// `gatewayPodStatus` entries of the Running gateway pods, and whether any is not ready yet.
     /// The sidecars not answered completely within [`STATUS_TTL`] are asked at once: a pass costs
-    /// at most one gRPC round trip, not one per pod.
-    async fn pod_status(&self, world: &World, gateway: &str) -> (Vec<GwPodInfo>, bool) {
+    /// at most one gRPC round trip, not one per pod. A sidecar that does not answer leaves its
+    /// pod as it was last known: its last complete answer in this incarnation, else the entry
+    /// `gateway` publishes for the pod at that IP (what survives a restart of this process).
+    async fn pod_status(&self, world: &World, gateway: &SliceGateway, name: &str) -> PodStatus {
         let now = Instant::now();
         let pods: Vec<(Option<String>, String, String)> = world
-            .gateway_pods(gateway)
+            .gateway_pods(name)
             .iter()
             .filter_map(|pod| Some((pod.metadata.name.clone(), pod_ip(pod)?, incarnation(pod))))
             .collect();
-        let known = lock(&self.answers).remove(gateway).unwrap_or_default();
+        let known = lock(&self.answers).remove(name).unwrap_or_default();
         let replies = futures::future::join_all(pods.iter().map(|(name, ip, incarnation)| {
             let standing = name
                 .as_deref()
@@ -381,22 +445,45 @@ impl GatewayReconciler {
         }))
         .await;
         let mut answers = Answers::default();
-        let mut infos = Vec::with_capacity(pods.len());
-        let mut unready = false;
+        let mut status = PodStatus {
+            infos: Vec::with_capacity(pods.len()),
+            ..PodStatus::default()
+        };
         // Whether a pod's sidecar, not answering completely now, is worth a short backoff.
         let waiting = |answers: &mut Answers, name: Option<&str>, incarnation: &str| {
             name.is_none_or(|name| {
                 answers.incomplete(&known, name, incarnation, now) < self.status_interval
             })
         };
-        for ((name, ip, incarnation), reply) in pods.into_iter().zip(replies) {
+        for ((pod, ip, incarnation), reply) in pods.into_iter().zip(replies) {
             let answer = match reply {
                 Ok(answer) => answer,
                 Err(error) => {
-                    tracing::debug!(%error, pod = ?name, "gateway sidecar not answering");
-                    unready |= waiting(&mut answers, name.as_deref(), &incarnation);
-                    infos.push(GwPodInfo {
-                        pod_name: name,
+                    status.unready |= waiting(&mut answers, pod.as_deref(), &incarnation);
+                    let last = pod
+                        .as_deref()
+                        .and_then(|pod| known.last_good(pod, &incarnation, &ip));
+                    if let (Some(pod), Some(last)) = (&pod, last) {
+                        tracing::debug!(%error, pod, "gateway sidecar not answering: its last answer stands");
+                        answers.keep(pod, last.clone());
+                        status
+                            .infos
+                            .push(published(Some(pod.clone()), ip, &last.status));
+                        continue;
+                    }
+                    let was = gateway
+                        .gateway_pods()
+                        .iter()
+                        .find(|p| p.pod_name == pod && p.pod_ip.as_deref() == Some(ip.as_str()));
+                    if let Some(was) = was {
+                        tracing::debug!(%error, ?pod, "gateway sidecar not answering: its published status stands");
+                        status.infos.push(was.clone());
+                        continue;
+                    }
+                    tracing::debug!(%error, ?pod, "gateway sidecar not answering, nothing known");
+                    status.unanswered.extend(pod.clone());
+                    status.infos.push(GwPodInfo {
+                        pod_name: pod,
                         pod_ip: Some(ip),
                         ..GwPodInfo::default()
                     });
@@ -404,32 +491,19 @@ impl GatewayReconciler {
                 }
             };
             if !complete(&answer.status) {
-                unready |= waiting(&mut answers, name.as_deref(), &incarnation);
+                status.unready |= waiting(&mut answers, pod.as_deref(), &incarnation);
             }
-            let status = answer.status.clone();
-            if let Some(name) = &name {
-                answers.keep(name, answer);
+            status
+                .infos
+                .push(published(pod.clone(), ip, &answer.status));
+            if let Some(pod) = &pod {
+                answers.keep(pod, answer);
             }
-            let nsm_ip = status.nsm_intf_status.map(|n| n.nsm_ip).unwrap_or_default();
-            let tunnel = status.tunnel_status.unwrap_or_default();
-            infos.push(GwPodInfo {
-                pod_name: name,
-                pod_ip: Some(ip),
-                local_nsm_ip: Some(nsm_ip),
-                tunnel_status: Some(TunnelStatus {
-                    intf_name: Some(tunnel.net_interface),
-                    local_ip: Some(tunnel.local_ip),
-                    remote_ip: Some(tunnel.peer_ip),
-                    status: Some(TunnelState::from(tunnel.status)),
-                    ..TunnelStatus::default()
-                }),
-                ..GwPodInfo::default()
-            });
         }
         if !answers.is_empty() {
-            lock(&self.answers).insert(gateway.to_owned(), answers);
+            lock(&self.answers).insert(name.to_owned(), answers);
         }
-        (infos, unready)
+        status
     }
 }
 
@@ -483,6 +557,28 @@ mod tests {
     }
 
     #[test]
+    fn the_last_complete_answer_stands_for_its_incarnation_however_old() {
+        let asked = Instant::now();
+        let mut answers = Answers::default();
+        answers.keep("gw-0", answer("10.1.1.1", TunnelState::Up, asked));
+        let much_later = asked + STATUS_TTL * 100;
+        assert!(
+            answers
+                .standing("gw-0", "uid-1/0", "127.10.0.4", much_later)
+                .is_none()
+        );
+        let last = answers.last_good("gw-0", "uid-1/0", "127.10.0.4");
+        assert_eq!(
+            last.and_then(|a| a.status.nsm_intf_status.as_ref())
+                .map(|n| n.nsm_ip.as_str()),
+            Some("10.1.1.1")
+        );
+        // Not for a restarted container or a new IP.
+        assert!(answers.last_good("gw-0", "uid-1/1", "127.10.0.4").is_none());
+        assert!(answers.last_good("gw-0", "uid-1/0", "127.10.0.5").is_none());
+    }
+
+    #[test]
     fn an_incomplete_answer_is_never_kept() {
         let now = Instant::now();
         let mut answers = Answers::default();
@@ -529,10 +625,14 @@ mod tests {
     fn an_answer_is_complete_as_gateway_pod_status_would_publish_it() {
         let now = Instant::now();
         assert!(complete(&answer("10.1.1.1", TunnelState::Up, now).status));
-        // No tunnel status at all publishes the proto default, status 0 = UP.
-        let mut no_tunnel = answer("10.1.1.1", TunnelState::Down, now).status;
+        // No tunnel status at all (KubeSlice's sidecar before its first check) is DOWN, and
+        // published so.
+        let mut no_tunnel = answer("10.1.1.1", TunnelState::Up, now).status;
         no_tunnel.tunnel_status = None;
-        assert!(complete(&no_tunnel));
+        assert!(!complete(&no_tunnel));
+        let info = published(Some("gw-0".into()), "127.10.0.4".into(), &no_tunnel);
+        assert!(!info.tunnel_up(), "{info:?}");
+        assert_eq!(info.nsm_ip(), Some("10.1.1.1"));
         let mut no_nsm = answer("10.1.1.1", TunnelState::Up, now).status;
         no_nsm.nsm_intf_status = None;
         assert!(!complete(&no_nsm));

@@ -24,6 +24,9 @@ pub enum BackendError {
     /// The backend cannot do this at all (reported as `Unimplemented`).
     #[error("{0}")]
     Unsupported(String),
+    /// The backend cannot answer now; asking again later may work (reported as `Unavailable`).
+    #[error("{0}")]
+    Unavailable(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -38,6 +41,7 @@ impl From<BackendError> for Status {
     fn from(error: BackendError) -> Self {
         match error {
             BackendError::Unsupported(reason) => Status::unimplemented(reason),
+            BackendError::Unavailable(reason) => Status::unavailable(reason),
             other => Status::internal(other.to_string()),
         }
     }

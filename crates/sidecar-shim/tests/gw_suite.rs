@@ -55,6 +55,7 @@ impl Harness {
                     peer_ip: "10.8.0.2".into(),
                     ..MemoryTunnel::default()
                 }),
+                ..MemoryGwStatus::default()
             }),
             View::Kernel(netns) => {
                 netns.veth("nsm0", "nsm0-peer", Some("10.1.1.1/24"));
@@ -304,6 +305,7 @@ async fn remote_pod_name_asks_the_peer(h: &mut Harness) {
     let peer_backend = Arc::new(MemoryGw::new(MemoryGwStatus {
         nsm_ip: "10.5.1.1".into(),
         tunnel: None,
+        ..MemoryGwStatus::default()
     }));
     let peer = common::serve(
         GwSidecar::new(peer_backend, identity("gw-b-0"), PeerConfig::default()).into_server(),
@@ -399,6 +401,7 @@ async fn memory_status_maps_field_by_field_to_get_status() {
     memory.set_status(MemoryGwStatus {
         nsm_ip: "10.1.1.7".into(),
         tunnel: Some(tunnel(true)),
+        ..MemoryGwStatus::default()
     });
     let status = h.status().await;
     assert_eq!(status.nsm_intf_status.expect("nsm").nsm_ip, "10.1.1.7");
@@ -418,6 +421,7 @@ async fn memory_status_maps_field_by_field_to_get_status() {
     memory.set_status(MemoryGwStatus {
         nsm_ip: "10.1.1.7".into(),
         tunnel: Some(tunnel(false)),
+        ..MemoryGwStatus::default()
     });
     let reported = h.status().await.tunnel_status.expect("tunnel");
     assert_eq!(reported.status, 0, "UP once `down` is cleared");

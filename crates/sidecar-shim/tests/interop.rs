@@ -285,6 +285,7 @@ async fn servers() -> (ServerGuard, ServerGuard) {
             latency: 7,
             ..MemoryTunnel::default()
         }),
+        ..MemoryGwStatus::default()
     }));
     let identity = PodIdentity {
         node_ip: "192.0.2.10".into(),

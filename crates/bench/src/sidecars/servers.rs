@@ -98,6 +98,7 @@ impl Sidecars {
                 peer_ip: "10.8.0.2".into(),
                 ..MemoryTunnel::default()
             }),
+            ..MemoryGwStatus::default()
         }));
         let gw =
             start(GwSidecar::new(gw_backend, gw_identity(), PeerConfig::default()).into_server())

@@ -144,6 +144,7 @@ async fn main() -> anyhow::Result<()> {
             let memory = Arc::new(MemoryGw::new(MemoryGwStatus {
                 nsm_ip: args.nsm_ip.clone(),
                 tunnel,
+                ..MemoryGwStatus::default()
             }));
             extra_admin = memory.clone().admin_router();
             memory

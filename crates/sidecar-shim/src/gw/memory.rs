@@ -26,6 +26,9 @@ pub struct MemoryGwStatus {
     pub nsm_ip: String,
     /// `None`: no tunnel interface (reported DOWN).
     pub tunnel: Option<MemoryTunnel>,
+    /// `GetStatus` fails with UNAVAILABLE, as a sidecar that is restarting or overloaded does
+    /// (for tests of what its callers do then).
+    pub unavailable: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,7 +139,13 @@ impl MemoryGw {
 #[tonic::async_trait]
 impl GwBackend for MemoryGw {
     async fn nsm_ip(&self) -> Result<String, BackendError> {
-        Ok(self.lock().status.nsm_ip.clone())
+        let inner = self.lock();
+        if inner.status.unavailable {
+            return Err(BackendError::Unavailable(
+                "the memory gateway was told to be unavailable (PUT /memory/gw/status)".into(),
+            ));
+        }
+        Ok(inner.status.nsm_ip.clone())
     }
 
     async fn tunnel_status(&self) -> Result<TunnelInterfaceStatus, BackendError> {
