@@ -14,7 +14,7 @@ use std::time::Duration;
 use capstan_scenarios::slice::{
     CLIENT_AFTER, CLIENT_BEFORE, CLIENT_WRITES, HUB_NS, SERVER_AFTER, SERVER_BEFORE, SERVER_WRITES,
     Testbed, WAIT, Worker, block_writes, deployments_created, failed_writes, gateway_nsm_ip,
-    route_present,
+    route_present, use_kubeslice_controller_crd,
 };
 use capstan_testkit::eventually;
 use capstan_testkit::process::{BinaryUnderTest, http_get};
@@ -541,4 +541,78 @@ async fn a_recycle_ends_despite_write_errors_and_cut_watches() {
     }
     assert_eq!(states_seen(&states).await, STATES);
     recycled(&bed, &old).await;
+}
+
+/// How many times the hub's Events announced `reason`: an Event repeated by the kube recorder
+/// is one object with a series count.
+async fn announced(bed: &Testbed, reason: &str) -> i32 {
+    events_on_hub(bed)
+        .await
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum()
+}
+
+/// On a hub with kubeslice-controller's CRD (no `status.conditions`, pruned on every write) a
+/// failed recycle keeps its reason in the annotation and is announced by one Warning, not one
+/// per pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_recycle_on_kubeslice_controllers_crd_is_announced_once() {
+    let bed = Testbed::start(103).await;
+    use_kubeslice_controller_crd(&bed.hub).await;
+    // No recycler on the client cluster: the client never responds.
+    let _server = bed
+        .server
+        .spawn_recycler(
+            &bed.hub,
+            &["--step-timeout", "2s", "--drain-delay", "200ms"],
+        )
+        .await;
+    bed.server
+        .wait_steady(&SERVER_BEFORE, &BTreeSet::new())
+        .await;
+    let out = bed.trigger(&["--wait"]).await;
+    assert!(!out.status.success(), "a failed recycle exits non-zero");
+    eventually("the failure announced", WAIT, || async {
+        (announced(&bed, "FSMErrorState").await >= 1).then_some(())
+    })
+    .await;
+    // Several step timeouts and passes later: still one Warning.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(announced(&bed, "FSMErrorState").await, 1);
+    let cr = bed.recycle().await.expect("recycle");
+    assert_eq!(cr.state().as_str(), "error_state");
+    let why = cr
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("capstan.io/failure"))
+        .cloned()
+        .unwrap_or_default();
+    assert!(why.contains("new_deployment_created_state"), "{why}");
+    assert!(
+        cr.status.and_then(|s| s.conditions).is_none(),
+        "the hub's CRD prunes status.conditions"
+    );
+}
+
+/// The happy path on a hub with kubeslice-controller's CRD: it ends, and each router routes via
+/// exactly the new gateways' NSM IPs (the new ones routed, the old ones not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recycle_on_kubeslice_controllers_crd_ends_at_exactly_the_new_gateways() {
+    let bed = Testbed::start(106).await;
+    use_kubeslice_controller_crd(&bed.hub).await;
+    let _server = bed.server.spawn_recycler(&bed.hub, &FAST).await;
+    let _client = bed.client.spawn_recycler(&bed.hub, &FAST).await;
+    let old = initial(&bed).await;
+    let out = bed.trigger(&["--wait"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bed.wait_state("end").await;
+    recycled(&bed, &old).await;
+    assert_eq!(announced(&bed, "FSMErrorState").await, 0);
 }

@@ -478,3 +478,57 @@ pub async fn add_gateway_node(client: &kube::Client, name: &str) {
         .await
         .expect("gateway node created");
 }
+
+/// The WorkerSliceGwRecycler CRD's schema as kubeslice-controller ships it
+/// (`config/crd/bases/worker.kubeslice.io_workerslicegwrecyclers.yaml`): the reference's fields
+/// only, no `status.conditions`, no printer columns, so the hub prunes everything else.
+fn kubeslice_controller_recycler_schema() -> serde_json::Value {
+    let string = || serde_json::json!({"type": "string"});
+    let strings = || serde_json::json!({"type": "array", "items": {"type": "string"}});
+    serde_json::json!({
+        "type": "object",
+        "properties": {
+            "apiVersion": string(),
+            "kind": string(),
+            "metadata": {"type": "object"},
+            "spec": {"type": "object", "properties": {
+                "gwPair": {"type": "object", "properties": {
+                    "clientId": string(), "serverId": string()
+                }},
+                "request": string(),
+                "sliceGwClient": string(),
+                "sliceGwServer": string(),
+                "sliceName": string(),
+                "state": string()
+            }},
+            "status": {"type": "object", "properties": {
+                "client": {"type": "object", "properties": {
+                    "recycledClient": string(), "response": string()
+                }},
+                "recycledServers": strings(),
+                "serversToRecycle": strings()
+            }}
+        }
+    })
+}
+
+/// Replaces the hub's WorkerSliceGwRecycler CRD with kubeslice-controller's (see
+/// [`kubeslice_controller_recycler_schema`]): the hub a real KubeSlice install has.
+pub async fn use_kubeslice_controller_crd(hub: &SimCluster) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(hub.client.clone());
+    let name = "workerslicegwrecyclers.worker.kubeslice.io";
+    let mut crd = api.get(name).await.expect("the recycler CRD");
+    for version in &mut crd.spec.versions {
+        version.schema = Some(
+            serde_json::from_value(serde_json::json!({
+                "openAPIV3Schema": kubeslice_controller_recycler_schema()
+            }))
+            .expect("schema"),
+        );
+        version.additional_printer_columns = None;
+    }
+    api.replace(name, &PostParams::default(), &crd)
+        .await
+        .expect("kubeslice-controller's CRD replaces Capstan's");
+}

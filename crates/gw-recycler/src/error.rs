@@ -66,7 +66,7 @@ pub enum ReconcileError {
         #[source]
         source: kube::Error,
     },
-    #[error("writing the failure condition of recycler {recycler}: {source}")]
+    #[error("recording the failure of recycler {recycler}: {source}")]
     WriteCondition {
         recycler: String,
         #[source]

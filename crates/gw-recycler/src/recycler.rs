@@ -36,20 +36,19 @@ pub const ANNOTATION_STATE_SINCE: &str = "capstan.io/state-since";
 /// condition), written with the state so the status condition can always follow.
 pub const ANNOTATION_FAILURE: &str = "capstan.io/failure";
 
-/// Status condition type of a failed recycle.
+/// Annotation (RFC 3339) recording when the failure in [`ANNOTATION_FAILURE`] was announced (its
+/// Warning Event and `Failed` condition). Metadata, not status: kubeslice-controller's CRD has no
+/// `status.conditions` and a real hub prunes them, so a condition cannot say whether the failure
+/// was announced, and every pass would announce it again.
+pub const ANNOTATION_FAILURE_REPORTED: &str = "capstan.io/failure-reported";
+
+/// Status condition type of a failed recycle (kept where the CRD has `status.conditions`, as
+/// Capstan's own does; pruned on kubeslice-controller's).
 pub const CONDITION_FAILED: &str = "Failed";
 
-/// Why `cr` is in error_state, while its `Failed` condition is not written yet.
+/// Why `cr` is in error_state, while that failure is not announced yet.
 pub fn unrecorded_failure(cr: &WorkerSliceGwRecycler) -> Option<&str> {
-    if cr.state() != State::Error {
-        return None;
-    }
-    let recorded = cr
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == CONDITION_FAILED));
-    if recorded {
+    if cr.state() != State::Error || cr.annotations().contains_key(ANNOTATION_FAILURE_REPORTED) {
         return None;
     }
     cr.annotations().get(ANNOTATION_FAILURE).map(String::as_str)
@@ -89,6 +88,7 @@ pub const AFTER_WORK: Duration = Duration::ZERO;
 enum CrPart {
     State,
     Condition,
+    FailureReported,
     Response,
 }
 
@@ -422,7 +422,8 @@ impl Recycler {
     }
 
     /// The `Failed` status condition (reason `StepTimeout`, the message naming the step and the
-    /// missing condition) and the Warning Event of a recycle in error_state.
+    /// missing condition) and the Warning Event of a recycle in error_state, then the annotation
+    /// saying they went out: once per failure (a crash before the annotation repeats them once).
     async fn record_failure(
         &self,
         world: &World,
@@ -442,7 +443,11 @@ impl Recycler {
         self.patch_cr(world, cr, CrPart::Condition, &patch).await?;
         self.announce(cr, EventType::Warning, EVENT_FSM_ERROR, message)
             .await;
-        Ok(())
+        let reported = json!({"metadata": {"annotations": {
+            ANNOTATION_FAILURE_REPORTED: now.to_string()
+        }}});
+        self.patch_cr(world, cr, CrPart::FailureReported, &reported)
+            .await
     }
 
     async fn answer(
@@ -523,7 +528,7 @@ impl Recycler {
         );
         let write = async {
             match part {
-                CrPart::State => api.patch(&name, &params, &patch).await,
+                CrPart::State | CrPart::FailureReported => api.patch(&name, &params, &patch).await,
                 CrPart::Condition | CrPart::Response => {
                     api.patch_status(&name, &params, &patch).await
                 }
@@ -534,7 +539,9 @@ impl Recycler {
             let recycler = name;
             match part {
                 CrPart::State => ReconcileError::WriteState { recycler, source },
-                CrPart::Condition => ReconcileError::WriteCondition { recycler, source },
+                CrPart::Condition | CrPart::FailureReported => {
+                    ReconcileError::WriteCondition { recycler, source }
+                }
                 CrPart::Response => ReconcileError::WriteResponse { recycler, source },
             }
         })
@@ -565,11 +572,7 @@ impl Recycler {
 mod tests {
     use super::*;
 
-    fn recycler(
-        state: &str,
-        annotation: Option<&str>,
-        failed_condition: bool,
-    ) -> WorkerSliceGwRecycler {
+    fn recycler(state: &str, annotation: Option<&str>, reported: bool) -> WorkerSliceGwRecycler {
         let mut cr: WorkerSliceGwRecycler = serde_json::from_value(json!({
             "apiVersion": "worker.kubeslice.io/v1alpha1", "kind": "WorkerSliceGwRecycler",
             "metadata": {"name": "red-a-b-0-0", "namespace": "kubeslice-red"},
@@ -580,12 +583,11 @@ mod tests {
             cr.annotations_mut()
                 .insert(ANNOTATION_FAILURE.into(), message.into());
         }
-        if failed_condition {
-            cr.status = serde_json::from_value(json!({"conditions": [{
-                "type": "Failed", "status": "True", "reason": "StepTimeout", "message": "m",
-                "lastTransitionTime": "2026-01-01T00:00:00Z"
-            }]}))
-            .expect("status");
+        if reported {
+            cr.annotations_mut().insert(
+                ANNOTATION_FAILURE_REPORTED.into(),
+                "2026-01-01T00:00:00Z".into(),
+            );
         }
         cr
     }
@@ -593,9 +595,23 @@ mod tests {
     const WHY: &str = "step new_deployment_created_state timed out after 2s waiting for: the client responds new_deployment_created";
 
     #[test]
-    fn an_error_state_without_its_condition_is_recorded_from_the_annotation() {
+    fn an_error_state_not_announced_yet_is_announced_from_the_annotation() {
         let cr = recycler("error_state", Some(WHY), false);
         assert_eq!(unrecorded_failure(&cr), Some(WHY));
+    }
+
+    /// On kubeslice-controller's CRD the hub prunes `status.conditions`: a CR whose condition is
+    /// gone but whose failure was announced needs nothing (it used to be announced every pass).
+    #[test]
+    fn an_announced_failure_needs_nothing_without_its_pruned_condition() {
+        let cr = recycler("error_state", Some(WHY), true);
+        assert!(
+            cr.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_none()
+        );
+        assert_eq!(unrecorded_failure(&cr), None);
     }
 
     #[test]
