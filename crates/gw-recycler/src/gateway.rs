@@ -223,6 +223,10 @@ impl GatewayReconciler {
         let Some(slice) = slice_of(gateway) else {
             return Ok(Pass::default());
         };
+        let evicted = self.sidecars.keep_only(&world.pod_ips());
+        if evicted > 0 {
+            tracing::debug!(evicted, "dropped the sidecar channels of pods gone");
+        }
         // Deployments: ensure, then remove the marked ones.
         self.ensure_deployments(world, gateway, &name, &slice)
             .await?;

@@ -1,9 +1,10 @@
 //! The gRPC calls the recycler and the gateway reconciler make to the slice router sidecar and
 //! the gateway sidecars (`capstan-proto`'s clients), over lazily connected channels kept per
-//! address so a re-check costs one round trip. Each call makes a `grpc` client span carrying the
+//! pod IP so a re-check costs one round trip; the gateway reconciler drops those of pods gone
+//! ([`Sidecars::keep_only`]), as every recycle brings new IPs. Each call makes a `grpc` client span carrying the
 //! trace context (`capstan_runtime::http_trace`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -39,7 +40,7 @@ impl SidecarError {
     }
 }
 
-/// Channels to sidecars by `ip:port`.
+/// Channels to sidecars by pod IP (all listen on one port).
 #[derive(Clone)]
 pub struct Sidecars {
     port: u16,
@@ -58,8 +59,8 @@ impl Sidecars {
 
     fn channel(&self, ip: &str) -> Result<(String, Traced<Channel>), SidecarError> {
         let address = format!("{ip}:{}", self.port);
-        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(channel) = channels.get(&address) {
+        let mut channels = self.channels();
+        if let Some(channel) = channels.get(ip) {
             return Ok((address, channel.clone()));
         }
         let endpoint = Endpoint::from_shared(format!("http://{address}"))
@@ -71,8 +72,26 @@ impl Sidecars {
             .timeout(self.timeout)
             .tcp_nodelay(true);
         let channel = TraceLayer::grpc_client().layer(endpoint.connect_lazy());
-        channels.insert(address.clone(), channel.clone());
+        channels.insert(ip.to_owned(), channel.clone());
         Ok((address, channel))
+    }
+
+    fn channels(&self) -> std::sync::MutexGuard<'_, HashMap<String, Traced<Channel>>> {
+        self.channels.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Drops the channels to IPs not in `live` (the IPs of the pods still known); returns how
+    /// many went. A pod that comes back at one of them gets a fresh channel on its next call.
+    pub fn keep_only(&self, live: &HashSet<String>) -> usize {
+        let mut channels = self.channels();
+        let before = channels.len();
+        channels.retain(|ip, _| live.contains(ip));
+        before - channels.len()
+    }
+
+    /// How many channels are open (or would connect on first use).
+    pub fn open_channels(&self) -> usize {
+        self.channels().len()
     }
 
     fn failed(address: String) -> impl FnOnce(tonic::Status) -> SidecarError {
@@ -145,5 +164,24 @@ impl Sidecars {
             .await
             .map_err(Self::failed(address))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn channels_of_pods_gone_are_dropped_and_those_alive_kept() {
+        let sidecars = Sidecars::new(5000, Duration::from_secs(1));
+        for ip in ["10.1.0.1", "10.1.0.2", "10.1.0.3"] {
+            sidecars.channel(ip).expect("a valid address");
+        }
+        let live = HashSet::from(["10.1.0.2".to_owned(), "10.9.9.9".to_owned()]);
+        let evicted = sidecars.keep_only(&live);
+        assert_eq!(evicted, 2);
+        assert_eq!(sidecars.open_channels(), 1);
+        let (address, _) = sidecars.channel("10.1.0.2").expect("a valid address");
+        assert_eq!(address, "10.1.0.2:5000");
     }
 }

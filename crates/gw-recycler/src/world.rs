@@ -2,6 +2,7 @@
 //! WorkerSliceGwRecyclers and the worker's SliceGateways, gateway Deployments and Pods, plus
 //! lookups over them, including which objects a change of another concerns.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use capstan_apis::networking::{
@@ -94,6 +95,11 @@ impl World {
     pub fn deployment(&self, name: &str) -> Option<Arc<Deployment>> {
         self.deployments
             .get(&ObjectRef::new(name).within(&self.namespace))
+    }
+
+    /// The IPs of every pod in the cache, whatever its phase: the sidecars worth a channel.
+    pub fn pod_ips(&self) -> HashSet<String> {
+        self.pods.state().iter().filter_map(|p| pod_ip(p)).collect()
     }
 
     /// The Running, not deleting pods labelled `key=value`.
