@@ -297,16 +297,28 @@ async fn a_recycle_moves_both_routers_to_the_new_gateways_without_a_gap() {
     assert_eq!(deployments_created(&bed.server.cluster), 3);
     assert_eq!(deployments_created(&bed.client.cluster), 3);
 
-    // A new trigger for the recycled pair starts anew; a second one meanwhile is refused.
-    let again = bed
-        .trigger(&[
-            "--server-deployment",
-            "red-a-b-0-1",
-            "--client-deployment",
-            "red-b-a-0-1",
-        ])
-        .await;
-    assert!(again.status.success());
+    // A new trigger for the recycled pair starts anew; two at once start it once, the other is
+    // refused whether it lost at the list or at the create (409).
+    let again = [
+        "--server-deployment",
+        "red-a-b-0-1",
+        "--client-deployment",
+        "red-b-a-0-1",
+    ];
+    let (first, second) = tokio::join!(bed.trigger(&again), bed.trigger(&again));
+    let (started, refused): (Vec<_>, Vec<_>) = [first, second]
+        .into_iter()
+        .partition(|out| out.status.success());
+    assert_eq!(
+        (started.len(), refused.len()),
+        (1, 1),
+        "{started:?} {refused:?}"
+    );
+    let stderr = String::from_utf8_lossy(&refused[0].stderr);
+    assert!(
+        stderr.contains("recycle red-a-b-0-1 of SliceGateway red-a-b is in progress"),
+        "{stderr}"
+    );
     let refused = bed.trigger(&["--instance", "1"]).await;
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
@@ -474,6 +486,18 @@ async fn a_condition_that_never_comes_ends_in_error_state_with_a_warning() {
     .await;
     let note = warning.note.unwrap_or_default();
     assert!(note.contains("new_deployment_created_state"), "{note}");
+
+    // The failure blocks another recycle of either gateway until someone deletes it.
+    let refused = bed.trigger(&["--instance", "1"]).await;
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains(
+            "recycle red-a-b-0-0 of SliceGateway red-a-b ended in error_state and needs attention"
+        ) && stderr.contains("new_deployment_created_state")
+            && stderr.contains("kubectl describe workerslicegwrecycler red-a-b-0-0"),
+        "{stderr}"
+    );
 }
 
 /// A recycle naming a client deployment that does not exist (a generation already recycled,

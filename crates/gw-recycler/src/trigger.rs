@@ -1,6 +1,13 @@
 //! `gw-recycler trigger`: creates a WorkerSliceGwRecycler on the hub with the reference's name and
 //! labels (at most one recycle per SliceGateway at a time) and, with `--wait`, follows it to
 //! `end` or `error_state`, printing each state change.
+//!
+//! The check is atomic where it matters: the CR is named after the gateway instance's current
+//! server deployment, so two triggers racing for the same instance create the same name and the
+//! second gets 409 (reported as the recycle in progress); a finished recycle of that name is
+//! deleted only with its uid and resourceVersion as preconditions, so a racing trigger never
+//! deletes the recycle another one just created. A failed recycle of either gateway blocks a new
+//! one until someone has looked at it and deleted it (or its retention has passed).
 
 use std::path::PathBuf;
 
@@ -11,7 +18,7 @@ use futures::StreamExt;
 use gw_recycler_core::State;
 use gw_recycler_core::naming::deployment_name;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
 
 /// Start a recycle of one gateway pair.
@@ -115,6 +122,18 @@ pub enum TriggerError {
         gateway: String,
         state: String,
     },
+    #[error(
+        "recycle {name} of SliceGateway {gateway} ended in error_state and needs attention \
+         ({reason}): see `kubectl describe workerslicegwrecycler {name} -n {namespace}` and the \
+         gateways' deployments, then delete it to recycle again (it goes by itself after the \
+         recyclers' --retention)"
+    )]
+    NeedsAttention {
+        name: String,
+        gateway: String,
+        namespace: String,
+        reason: String,
+    },
     #[error("recycle {name} ended in error_state: {reason}")]
     Failed { name: String, reason: String },
     #[error("recycle {0} was deleted before it finished")]
@@ -129,6 +148,7 @@ impl TriggerError {
     pub fn metric_label(&self) -> &'static str {
         match self {
             TriggerError::InProgress { .. } => "in_progress",
+            TriggerError::NeedsAttention { .. } => "needs_attention",
             TriggerError::Failed { .. } => "failed",
             TriggerError::Vanished(_) => "vanished",
             TriggerError::Kube(_) => "kube",
@@ -204,32 +224,98 @@ fn in_progress<'a>(
     })
 }
 
+/// The failed recycle involving either gateway, if any: it may have left both generations of a
+/// gateway running, and another recycle on top would hide what went wrong.
+fn failed<'a>(
+    existing: &'a [WorkerSliceGwRecycler],
+    args: &TriggerArgs,
+) -> Option<&'a WorkerSliceGwRecycler> {
+    existing.iter().find(|cr| {
+        cr.state() == State::Error
+            && (cr.involves(&args.server_gateway) || cr.involves(&args.client_gateway))
+    })
+}
+
+/// Why `cr` failed, from its condition or (where the hub's CRD prunes conditions) its
+/// failure annotation.
+fn failure_reason(cr: &WorkerSliceGwRecycler) -> String {
+    cr.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.last())
+        .map(|c| c.message.clone())
+        .or_else(|| {
+            cr.annotations()
+                .get(crate::recycler::ANNOTATION_FAILURE)
+                .cloned()
+        })
+        .unwrap_or_else(|| "no reason recorded".to_owned())
+}
+
 pub async fn run(args: TriggerArgs) -> Result<(), TriggerError> {
     let client = crate::client_for(&args.hub_kubeconfig)
         .await
         .map_err(|e| TriggerError::Config(e.to_string()))?;
     let api: Api<WorkerSliceGwRecycler> = Api::namespaced(client, &args.hub_namespace);
     let existing = api.list(&Default::default()).await?.items;
+    let gateway = args.server_gateway.clone();
     if let Some(cr) = in_progress(&existing, &args) {
         return Err(TriggerError::InProgress {
             name: cr.name_any(),
-            gateway: args.server_gateway.clone(),
+            gateway,
             state: cr.state().to_string(),
+        });
+    }
+    if let Some(cr) = failed(&existing, &args) {
+        return Err(TriggerError::NeedsAttention {
+            name: cr.name_any(),
+            gateway,
+            namespace: args.hub_namespace.clone(),
+            reason: failure_reason(cr),
         });
     }
     let cr = recycler_for(&args);
     let name = cr.name_any();
-    // A finished recycle of the same deployment makes way for the new one.
-    if existing.iter().any(|c| c.name_any() == name) {
-        api.delete(&name, &DeleteParams::default()).await?;
+    // A finished recycle of the same deployment makes way for the new one: that very object
+    // (preconditions), never one a racing trigger created since the list.
+    if let Some(finished) = existing.iter().find(|c| c.name_any() == name) {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: finished.uid(),
+                resource_version: finished.resource_version(),
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&name, &params).await {
+            Ok(_) => {}
+            // Gone already, or replaced by another trigger: the create below tells which.
+            Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let uid = finished.uid().unwrap_or_default();
         let gone = kube::runtime::wait::await_condition(
             api.clone(),
             &name,
-            kube::runtime::conditions::is_deleted(""),
+            kube::runtime::conditions::is_deleted(&uid),
         );
         let _ = tokio::time::timeout(std::time::Duration::from_secs(30), gone).await;
     }
-    api.create(&PostParams::default(), &cr).await?;
+    match api.create(&PostParams::default(), &cr).await {
+        Ok(_) => {}
+        // Another trigger (or the rebalancer) created it since the list.
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            let state = api.get_opt(&name).await?.map_or_else(
+                || "deleted meanwhile".to_owned(),
+                |cr| cr.state().to_string(),
+            );
+            return Err(TriggerError::InProgress {
+                name,
+                gateway,
+                state,
+            });
+        }
+        Err(e) => return Err(e.into()),
+    }
     println!("created recycle {name}");
     if !args.wait {
         return Ok(());
@@ -262,13 +348,7 @@ async fn follow(api: &Api<WorkerSliceGwRecycler>, name: &str) -> Result<(), Trig
         match state {
             State::End => return Ok(()),
             State::Error => {
-                let reason = cr
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .and_then(|c| c.last())
-                    .map(|c| c.message.clone())
-                    .unwrap_or_default();
+                let reason = failure_reason(&cr);
                 return Err(TriggerError::Failed {
                     name: name.to_owned(),
                     reason,
