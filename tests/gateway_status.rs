@@ -8,14 +8,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use capstan_apis::networking::SliceGateway;
-use capstan_scenarios::slice::{NS, SERVER_BEFORE, SERVER_GW, Testbed, WAIT, Worker};
+use capstan_scenarios::slice::{
+    NS, SERVER_BEFORE, SERVER_GW, SIDECAR_ADMIN_PORT, Testbed, WAIT, Worker, set_tunnel_down,
+    set_unavailable,
+};
 use capstan_testkit::eventually;
-use capstan_testkit::process::{BinaryUnderTest, http_get, http_put_json};
+use capstan_testkit::process::{BinaryUnderTest, http_get};
 use kube::api::Api;
-
-/// The memory gw-sidecar's admin route for its reported status (on the pod IP's admin port).
-const STATUS_PATH: &str = "/memory/gw/status";
-const ADMIN_PORT: u16 = 8080;
 
 /// The tunnel state `gatewayPodStatus` publishes for the pod at `pod_ip`.
 async fn published_tunnel_up(worker: &Worker, pod_ip: &str) -> Option<bool> {
@@ -30,7 +29,7 @@ async fn published_tunnel_up(worker: &Worker, pod_ip: &str) -> Option<bool> {
 
 /// How many `GetStatus` calls the gw-sidecar at `pod_ip` has started (its admin `/metrics`).
 async fn get_status_calls(pod_ip: &str) -> u64 {
-    let admin: SocketAddr = format!("{pod_ip}:{ADMIN_PORT}")
+    let admin: SocketAddr = format!("{pod_ip}:{SIDECAR_ADMIN_PORT}")
         .parse()
         .expect("admin address");
     let metrics = http_get(admin, "/metrics").await.expect("sidecar metrics");
@@ -43,37 +42,6 @@ async fn get_status_calls(pod_ip: &str) -> u64 {
         })
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or(0)
-}
-
-/// Edits the status the memory gw-sidecar at `pod_ip` reports (`GET`, change, `PUT`).
-async fn edit_sidecar_status(pod_ip: &str, edit: impl FnOnce(&mut serde_json::Value)) {
-    let admin: SocketAddr = format!("{pod_ip}:{ADMIN_PORT}")
-        .parse()
-        .expect("admin address");
-    let current = http_get(admin, STATUS_PATH).await.expect("sidecar status");
-    assert_eq!(current.status, 200, "{}", current.body);
-    let mut status: serde_json::Value = serde_json::from_str(&current.body).expect("status json");
-    edit(&mut status);
-    let put = http_put_json(admin, STATUS_PATH, &status)
-        .await
-        .expect("status replaced");
-    assert_eq!(put.status, 200, "{}", put.body);
-}
-
-/// Sets the `down` flag of the tunnel the memory gw-sidecar at `pod_ip` reports.
-async fn set_tunnel_down(pod_ip: &str, down: bool) {
-    edit_sidecar_status(pod_ip, |status| {
-        status["tunnel"]["down"] = serde_json::Value::Bool(down);
-    })
-    .await;
-}
-
-/// Makes the memory gw-sidecar at `pod_ip` fail `GetStatus` with UNAVAILABLE (or answer again).
-async fn set_unavailable(pod_ip: &str, unavailable: bool) {
-    edit_sidecar_status(pod_ip, |status| {
-        status["unavailable"] = serde_json::Value::Bool(unavailable);
-    })
-    .await;
 }
 
 /// The NSM IPs `gatewayPodStatus` publishes.

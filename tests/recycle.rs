@@ -14,7 +14,7 @@ use std::time::Duration;
 use capstan_scenarios::slice::{
     CLIENT_AFTER, CLIENT_BEFORE, CLIENT_WRITES, HUB_NS, SERVER_AFTER, SERVER_BEFORE, SERVER_WRITES,
     Testbed, WAIT, Worker, block_writes, deployments_created, failed_writes, gateway_nsm_ip,
-    route_present, use_kubeslice_controller_crd,
+    route_present, set_unavailable, use_kubeslice_controller_crd,
 };
 use capstan_testkit::eventually;
 use capstan_testkit::process::{BinaryUnderTest, http_get};
@@ -639,4 +639,36 @@ async fn a_recycle_on_kubeslice_controllers_crd_ends_at_exactly_the_new_gateways
     bed.wait_state("end").await;
     recycled(&bed, &old).await;
     assert_eq!(announced(&bed, "FSMErrorState").await, 0);
+}
+
+/// A sick old gateway on each side: its sidecar stops answering before the recycle. The NSM IP
+/// last published for it in `gatewayPodStatus` stands for it, so the router's own routes decide
+/// that the old gateway is withdrawn, and the recycle ends instead of waiting for a sidecar that
+/// never comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recycle_of_gateways_whose_sidecars_stopped_answering_ends() {
+    let bed = Testbed::start(109).await;
+    // A step that cannot finish fails in 20 s, not FAST's 90 s.
+    let timing = ["--drain-delay", "200ms", "--step-timeout", "20s"];
+    let _server = bed.server.spawn_recycler(&bed.hub, &timing).await;
+    let _client = bed.client.spawn_recycler(&bed.hub, &timing).await;
+    let old = initial(&bed).await;
+    for (worker, deployment) in [
+        (&bed.server, SERVER_BEFORE[0]),
+        (&bed.client, CLIENT_BEFORE[0]),
+    ] {
+        let pods = worker.pod_ips_of(deployment).await;
+        assert_eq!(pods.len(), 1, "{deployment}: {pods:?}");
+        for pod_ip in pods {
+            set_unavailable(&pod_ip, true).await;
+        }
+    }
+    let out = bed.trigger(&["--wait"]).await;
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    recycled(&bed, &old).await;
 }

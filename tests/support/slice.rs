@@ -5,6 +5,7 @@
 //! `gw-recycler` binary per worker. Routers and gateways are asked over gRPC, as the recycler does.
 
 use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -17,7 +18,7 @@ use capstan_proto::router::slice_router_sidecar_service_client::SliceRouterSidec
 use capstan_proto::sidecar::gw_sidecar_service_client::GwSidecarServiceClient;
 use capstan_testkit::eventually;
 use capstan_testkit::kubeslice::{self, SIDECAR_PORT};
-use capstan_testkit::process::BinaryUnderTest;
+use capstan_testkit::process::{BinaryUnderTest, http_get, http_put_json};
 use capstan_testkit_sim::{SimCluster, wait_ready};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -531,4 +532,39 @@ pub async fn use_kubeslice_controller_crd(hub: &SimCluster) {
     api.replace(name, &PostParams::default(), &crd)
         .await
         .expect("kubeslice-controller's CRD replaces Capstan's");
+}
+
+/// The memory gw-sidecar's admin route for its reported status (on the pod IP's admin port).
+const STATUS_PATH: &str = "/memory/gw/status";
+pub const SIDECAR_ADMIN_PORT: u16 = 8080;
+
+/// Edits the status the memory gw-sidecar at `pod_ip` reports (`GET`, change, `PUT`).
+pub async fn edit_sidecar_status(pod_ip: &str, edit: impl FnOnce(&mut serde_json::Value)) {
+    let admin: SocketAddr = format!("{pod_ip}:{SIDECAR_ADMIN_PORT}")
+        .parse()
+        .expect("admin address");
+    let current = http_get(admin, STATUS_PATH).await.expect("sidecar status");
+    assert_eq!(current.status, 200, "{}", current.body);
+    let mut status: serde_json::Value = serde_json::from_str(&current.body).expect("status json");
+    edit(&mut status);
+    let put = http_put_json(admin, STATUS_PATH, &status)
+        .await
+        .expect("status replaced");
+    assert_eq!(put.status, 200, "{}", put.body);
+}
+
+/// Sets the `down` flag of the tunnel the memory gw-sidecar at `pod_ip` reports.
+pub async fn set_tunnel_down(pod_ip: &str, down: bool) {
+    edit_sidecar_status(pod_ip, |status| {
+        status["tunnel"]["down"] = serde_json::Value::Bool(down);
+    })
+    .await;
+}
+
+/// Makes the memory gw-sidecar at `pod_ip` fail `GetStatus` with UNAVAILABLE (or answer again).
+pub async fn set_unavailable(pod_ip: &str, unavailable: bool) {
+    edit_sidecar_status(pod_ip, |status| {
+        status["unavailable"] = serde_json::Value::Bool(unavailable);
+    })
+    .await;
 }

@@ -327,6 +327,14 @@ impl SliceGateway {
             .and_then(|s| s.gateway_pod_status.as_deref())
             .unwrap_or_default()
     }
+
+    /// The `gatewayPodStatus` entry of pod `name` at `ip` (a pod replaced at another IP has
+    /// none).
+    pub fn published_pod(&self, name: &str, ip: &str) -> Option<&GwPodInfo> {
+        self.gateway_pods()
+            .iter()
+            .find(|p| p.pod_name.as_deref() == Some(name) && p.pod_ip.as_deref() == Some(ip))
+    }
 }
 
 #[cfg(test)]

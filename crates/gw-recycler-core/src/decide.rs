@@ -20,6 +20,8 @@ pub enum RouteProbe {
     Absent,
     /// No Running router pod, or its sidecar did not answer.
     Unreachable,
+    /// The router sidecar answered the route check with an error (it is there, but cannot say).
+    Failed,
 }
 
 /// What the decisions read of one gateway deployment.
@@ -40,7 +42,8 @@ pub struct DeploymentFacts {
 pub struct PodFacts {
     /// Labelled `kubeslice.io/exclude-gw-route=true`.
     pub excluded: bool,
-    /// The gateway sidecar's NSM IP (`None`: empty or the sidecar did not answer).
+    /// The gateway sidecar's NSM IP; when the sidecar does not answer, the one last published for
+    /// this pod in the SliceGateway's `gatewayPodStatus` (`None`: neither is known).
     pub nsm_ip: Option<String>,
 }
 
@@ -94,6 +97,7 @@ pub enum Missing {
     NewDeploymentPresent,
     NewNsmIp,
     RouterReachable,
+    RouteCheckAnswered,
     RouteViaNew,
     OldNsmIp,
     RouteViaOldGone,
@@ -113,6 +117,10 @@ impl Missing {
             Missing::NewDeploymentPresent => "the new gateway deployment exists".into(),
             Missing::NewNsmIp => "the new gateway pod reports an NSM IP".into(),
             Missing::RouterReachable => "the slice router sidecar answers".into(),
+            Missing::RouteCheckAnswered => {
+                "the slice router sidecar answers GetRouteInKernel without an error (see its log)"
+                    .into()
+            }
             Missing::RouteViaNew => "the slice router routes via the new gateway".into(),
             Missing::OldNsmIp => "the old gateway pod reports its NSM IP".into(),
             Missing::RouteViaOldGone => "the route via the old gateway is withdrawn".into(),
@@ -130,6 +138,7 @@ impl Missing {
             Missing::NewDeploymentPresent => "new_deployment_present",
             Missing::NewNsmIp => "new_nsm_ip",
             Missing::RouterReachable => "router_reachable",
+            Missing::RouteCheckAnswered => "route_check_answered",
             Missing::RouteViaNew => "route_via_new",
             Missing::OldNsmIp => "old_nsm_ip",
             Missing::RouteViaOldGone => "route_via_old_gone",
@@ -222,6 +231,7 @@ fn new_gateway_routed(side: &SideFacts) -> Step {
         RouteProbe::Present => Step::Done,
         RouteProbe::Absent => Step::Wait(Missing::RouteViaNew),
         RouteProbe::Unreachable => Step::Wait(Missing::RouterReachable),
+        RouteProbe::Failed => Step::Wait(Missing::RouteCheckAnswered),
     }
 }
 
@@ -247,6 +257,7 @@ fn old_route_withdrawn(side: &SideFacts) -> Step {
         // Withdraw again: a next-hop push computed before the label may have restored it.
         RouteProbe::Present => mark(),
         RouteProbe::Unreachable => Step::Wait(Missing::RouterReachable),
+        RouteProbe::Failed => Step::Wait(Missing::RouteCheckAnswered),
     }
 }
 

@@ -61,7 +61,8 @@ fn route() -> impl Strategy<Value = RouteProbe> {
     prop_oneof![
         Just(RouteProbe::Present),
         Just(RouteProbe::Absent),
-        Just(RouteProbe::Unreachable)
+        Just(RouteProbe::Unreachable),
+        Just(RouteProbe::Failed)
     ]
 }
 

@@ -475,10 +475,9 @@ impl GatewayReconciler {
                             .push(published(Some(pod.clone()), ip, &last.status));
                         continue;
                     }
-                    let was = gateway
-                        .gateway_pods()
-                        .iter()
-                        .find(|p| p.pod_name == pod && p.pod_ip.as_deref() == Some(ip.as_str()));
+                    let was = pod
+                        .as_deref()
+                        .and_then(|pod| gateway.published_pod(pod, &ip));
                     if let Some(was) = was {
                         tracing::debug!(%error, ?pod, "gateway sidecar not answering: its published status stands");
                         status.infos.push(was.clone());

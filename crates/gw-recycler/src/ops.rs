@@ -169,19 +169,27 @@ impl LocalSide<'_> {
     }
 }
 
-/// The NSM IP of `pod`'s gateway sidecar (`None`: empty or unreachable).
-pub async fn nsm_ip_of(sidecars: &Sidecars, pod: &Pod) -> Option<String> {
+/// The NSM IP of `pod`'s gateway sidecar (`None`: empty). When the sidecar does not answer, the
+/// one `gateway` last published for the pod at its IP stands: a sick gateway's route is still
+/// known to the router by it.
+pub async fn nsm_ip_of(
+    sidecars: &Sidecars,
+    pod: &Pod,
+    gateway: Option<&SliceGateway>,
+) -> Option<String> {
     let ip = pod_ip(pod)?;
-    match sidecars.gateway_status(&ip).await {
-        Ok(status) => status
-            .nsm_intf_status
-            .map(|n| n.nsm_ip)
-            .filter(|ip| !ip.is_empty()),
+    let nsm_ip = match sidecars.gateway_status(&ip).await {
+        Ok(status) => status.nsm_intf_status.map(|n| n.nsm_ip),
         Err(error) => {
-            tracing::debug!(%error, "gateway sidecar not answering");
-            None
+            let name = pod.metadata.name.as_deref().unwrap_or_default();
+            let published = gateway
+                .and_then(|g| g.published_pod(name, &ip))
+                .and_then(|p| p.local_nsm_ip.clone());
+            tracing::debug!(%error, pod = name, ?published, "gateway sidecar not answering: the published NSM IP stands");
+            published
         }
-    }
+    };
+    nsm_ip.filter(|ip| !ip.is_empty())
 }
 
 /// Merge-patch parameters naming our field manager.

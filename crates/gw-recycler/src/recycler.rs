@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use capstan_apis::networking::SliceGateway;
 use capstan_apis::worker::WorkerSliceGwRecycler;
 use capstan_runtime::kube_errors::is_not_found;
 use gw_recycler_core::decide::{
@@ -189,8 +190,14 @@ impl Recycler {
         // The sidecar calls of the two deployments (and then of the two routes) are independent:
         // made at once, a pass costs two gRPC round trips instead of four.
         let (old_facts, new_facts) = futures::join!(
-            self.deployment_facts(world, old, &intermediate, probes.old_gateway),
-            self.deployment_facts(world, &new, &intermediate, probes.new_gateway),
+            self.deployment_facts(world, gw.as_deref(), old, &intermediate, probes.old_gateway),
+            self.deployment_facts(
+                world,
+                gw.as_deref(),
+                &new,
+                &intermediate,
+                probes.new_gateway
+            ),
         );
         let router = gw
             .as_deref()
@@ -212,10 +219,11 @@ impl Recycler {
     }
 
     /// One deployment's facts: from the caches, and (when `probe`) its pod's NSM IP from its
-    /// sidecar.
+    /// sidecar (or, when that does not answer, as `gateway` published it).
     async fn deployment_facts(
         &self,
         world: &World,
+        gateway: Option<&SliceGateway>,
         name: &str,
         intermediate: &[String],
         probe: bool,
@@ -225,7 +233,7 @@ impl Recycler {
             Some(p) => Some(PodFacts {
                 excluded: is_excluded(&p),
                 nsm_ip: if probe {
-                    nsm_ip_of(&self.sidecars, &p).await
+                    nsm_ip_of(&self.sidecars, &p, gateway).await
                 } else {
                     None
                 },
@@ -250,9 +258,13 @@ impl Recycler {
         match self.sidecars.route_present(router, subnet, nsm_ip).await {
             Ok(true) => RouteProbe::Present,
             Ok(false) => RouteProbe::Absent,
-            Err(error) => {
+            Err(error) if error.is_unreachable() => {
                 tracing::debug!(%error, "router sidecar not answering");
                 RouteProbe::Unreachable
+            }
+            Err(error) => {
+                tracing::warn!(%error, "router sidecar answered the route check with an error");
+                RouteProbe::Failed
             }
         }
     }

@@ -5,7 +5,7 @@
 //! trace context (`capstan_runtime::http_trace`).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use capstan_proto::router::slice_router_sidecar_service_client::SliceRouterSidecarServiceClient;
@@ -32,6 +32,18 @@ pub enum SidecarError {
 }
 
 impl SidecarError {
+    /// The sidecar could not be reached (refused, timed out, no channel), as opposed to one that
+    /// answered with an error.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            SidecarError::Address { .. } => true,
+            SidecarError::Call { status, .. } => matches!(
+                status.code(),
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+            ),
+        }
+    }
+
     pub fn metric_label(&self) -> &'static str {
         match self {
             SidecarError::Address { .. } => "sidecar_address",
@@ -40,12 +52,23 @@ impl SidecarError {
     }
 }
 
+/// What [`Sidecars::withdraw_route`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Withdrawal {
+    Withdrawn,
+    /// The router does not implement `UpdateEcmpRoutes` (KubeSlice's answers UNIMPLEMENTED): the
+    /// old gateway leaves the route with the next-hop list that excludes it.
+    Unsupported,
+}
+
 /// Channels to sidecars by pod IP (all listen on one port).
 #[derive(Clone)]
 pub struct Sidecars {
     port: u16,
     timeout: Duration,
     channels: Arc<Mutex<HashMap<String, Traced<Channel>>>>,
+    /// Router IPs that answered `UpdateEcmpRoutes` with UNIMPLEMENTED: not asked again.
+    without_ecmp_updates: Arc<Mutex<HashSet<String>>>,
 }
 
 impl Sidecars {
@@ -54,6 +77,7 @@ impl Sidecars {
             port,
             timeout,
             channels: Arc::default(),
+            without_ecmp_updates: Arc::default(),
         }
     }
 
@@ -76,13 +100,14 @@ impl Sidecars {
         Ok((address, channel))
     }
 
-    fn channels(&self) -> std::sync::MutexGuard<'_, HashMap<String, Traced<Channel>>> {
-        self.channels.lock().unwrap_or_else(PoisonError::into_inner)
+    fn channels(&self) -> MutexGuard<'_, HashMap<String, Traced<Channel>>> {
+        lock(&self.channels)
     }
 
     /// Drops the channels to IPs not in `live` (the IPs of the pods still known); returns how
     /// many went. A pod that comes back at one of them gets a fresh channel on its next call.
     pub fn keep_only(&self, live: &HashSet<String>) -> usize {
+        lock(&self.without_ecmp_updates).retain(|ip| live.contains(ip));
         let mut channels = self.channels();
         let before = channels.len();
         channels.retain(|ip, _| live.contains(ip));
@@ -129,22 +154,37 @@ impl Sidecars {
         Ok(reply.into_inner().is_route_present)
     }
 
-    /// Withdraws `nsm_ip` from the router's route to `remote_subnet` (`UpdateEcmpRoutes`).
+    /// Withdraws `nsm_ip` from the router's route to `remote_subnet` (`UpdateEcmpRoutes`). A
+    /// router that answers UNIMPLEMENTED is said so once in the log and not asked again.
     pub async fn withdraw_route(
         &self,
         router_ip: &str,
         remote_subnet: &str,
         nsm_ip: &str,
-    ) -> Result<(), SidecarError> {
+    ) -> Result<Withdrawal, SidecarError> {
+        if lock(&self.without_ecmp_updates).contains(router_ip) {
+            return Ok(Withdrawal::Unsupported);
+        }
         let (address, channel) = self.channel(router_ip)?;
-        SliceRouterSidecarServiceClient::new(channel)
+        let reply = SliceRouterSidecarServiceClient::new(channel)
             .update_ecmp_routes(EcmpUpdateInfo {
                 remote_slice_gw_nsm_subnet: remote_subnet.to_owned(),
                 nsm_ip_to_remove: nsm_ip.to_owned(),
             })
-            .await
-            .map_err(Self::failed(address))?;
-        Ok(())
+            .await;
+        match reply {
+            Ok(_) => Ok(Withdrawal::Withdrawn),
+            Err(status) if status.code() == tonic::Code::Unimplemented => {
+                tracing::warn!(
+                    router = %address,
+                    "the slice router does not implement UpdateEcmpRoutes (as KubeSlice's): old \
+                     gateways leave its routes through the next-hop lists that exclude them"
+                );
+                lock(&self.without_ecmp_updates).insert(router_ip.to_owned());
+                Ok(Withdrawal::Unsupported)
+            }
+            Err(status) => Err(Self::failed(address)(status)),
+        }
     }
 
     /// Sets the router's next hops towards `remote_subnet` (`UpdateSliceGwConnectionContext`).
@@ -167,6 +207,10 @@ impl Sidecars {
     }
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,5 +227,100 @@ mod tests {
         assert_eq!(sidecars.open_channels(), 1);
         let (address, _) = sidecars.channel("10.1.0.2").expect("a valid address");
         assert_eq!(address, "10.1.0.2:5000");
+    }
+
+    /// A router sidecar as KubeSlice's answers: no `UpdateEcmpRoutes`, and a route check that
+    /// fails inside the router (it is there, but cannot say).
+    #[derive(Default, Clone)]
+    struct KubeSliceLikeRouter {
+        ecmp_calls: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    #[tonic::async_trait]
+    impl capstan_proto::router::slice_router_sidecar_service_server::SliceRouterSidecarService
+        for KubeSliceLikeRouter
+    {
+        async fn update_slice_gw_connection_context(
+            &self,
+            _: tonic::Request<SliceGwConContext>,
+        ) -> Result<tonic::Response<capstan_proto::router::SidecarResponse>, tonic::Status>
+        {
+            Ok(tonic::Response::new(Default::default()))
+        }
+        async fn get_slice_router_client_connection_info(
+            &self,
+            _: tonic::Request<()>,
+        ) -> Result<tonic::Response<capstan_proto::router::ClientConnectionInfo>, tonic::Status>
+        {
+            Ok(tonic::Response::new(Default::default()))
+        }
+        async fn get_route_in_kernel(
+            &self,
+            _: tonic::Request<VerifyRouteAddRequest>,
+        ) -> Result<tonic::Response<capstan_proto::router::VerifyRouteAddResponse>, tonic::Status>
+        {
+            Err(tonic::Status::internal("netlink: operation not permitted"))
+        }
+        async fn update_ecmp_routes(
+            &self,
+            _: tonic::Request<EcmpUpdateInfo>,
+        ) -> Result<tonic::Response<capstan_proto::router::SidecarResponse>, tonic::Status>
+        {
+            self.ecmp_calls
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Err(tonic::Status::unimplemented("UpdateEcmpRoutes"))
+        }
+    }
+
+    async fn serve(router: KubeSliceLikeRouter) -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binds");
+        let port = listener.local_addr().expect("address").port();
+        let service =
+            capstan_proto::router::slice_router_sidecar_service_server::SliceRouterSidecarServiceServer::new(router);
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        port
+    }
+
+    #[tokio::test]
+    async fn a_router_without_ecmp_updates_is_asked_once_and_its_failed_route_check_is_not_unreachable()
+     {
+        let router = KubeSliceLikeRouter::default();
+        let port = serve(router.clone()).await;
+        let sidecars = Sidecars::new(port, Duration::from_secs(5));
+        for _ in 0..3 {
+            let withdrawal = sidecars
+                .withdraw_route("127.0.0.1", "10.2.0.0/16", "10.1.0.1")
+                .await
+                .expect("UNIMPLEMENTED is no error");
+            assert_eq!(withdrawal, Withdrawal::Unsupported);
+        }
+        assert_eq!(
+            router.ecmp_calls.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "asked once, not every pass"
+        );
+        let failed = sidecars
+            .route_present("127.0.0.1", "10.2.0.0/16", "10.1.0.1")
+            .await
+            .expect_err("the router failed the check");
+        assert!(!failed.is_unreachable(), "{failed}");
+
+        // Nothing listens on the port of a closed listener: that is unreachable.
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binds");
+        let gone_port = closed.local_addr().expect("address").port();
+        drop(closed);
+        let away = Sidecars::new(gone_port, Duration::from_secs(5))
+            .route_present("127.0.0.1", "10.2.0.0/16", "10.1.0.1")
+            .await
+            .expect_err("nothing listens");
+        assert!(away.is_unreachable(), "{away}");
     }
 }

@@ -245,6 +245,13 @@ fn new_deployment_created_waits_while_any_guard_is_missing() {
         waiting(&decide(&server(state, ok, side))),
         &Missing::RouterReachable
     );
+    // The router answered the check with an error: there, but it cannot say (not unreachable).
+    let mut side = new_routed();
+    side.route_via_new = RouteProbe::Failed;
+    assert_eq!(
+        waiting(&decide(&server(state, ok, side))),
+        &Missing::RouteCheckAnswered
+    );
 }
 
 #[test]
@@ -302,6 +309,12 @@ fn slicerouter_updated_waits_while_any_guard_is_missing() {
     assert_eq!(
         waiting(&decide(&server(state, "routing_table_updated", side))),
         &Missing::RouterReachable
+    );
+    let mut side = old_withdrawn();
+    side.route_via_old = RouteProbe::Failed;
+    assert_eq!(
+        waiting(&decide(&server(state, "routing_table_updated", side))),
+        &Missing::RouteCheckAnswered
     );
     // Client not done.
     assert_eq!(
@@ -628,6 +641,7 @@ fn unprobed_variants(side: &SideFacts, skipped: Probes) -> Vec<SideFacts> {
         RouteProbe::Present,
         RouteProbe::Absent,
         RouteProbe::Unreachable,
+        RouteProbe::Failed,
     ];
     let mut out = vec![];
     for ip in &ips {
