@@ -4,6 +4,9 @@
 //! pod placement and node count, and creates the recycle this returns.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::Timestamp;
 
 /// Where one Running gateway pod of the SliceGateway runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +50,32 @@ pub fn pick_deployment_to_rebalance(facts: &RebalanceFacts) -> Option<String> {
     deployments.into_iter().min().map(str::to_owned)
 }
 
+/// What rebalancing does while a recycle of the SliceGateway it would recycle is in
+/// `error_state`: whatever made it fail (no room on another node, a sick peer) is likely still
+/// there, so it is retried at most once per retention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailedRecycle {
+    /// Leave it (a person may be looking at it) until `until`.
+    Hold { until: Timestamp },
+    /// Its retention has passed: replace it with a new recycle.
+    Retry,
+}
+
+/// `failed_at`: when the recycle entered `error_state` (`None`: unknown, counted as now).
+pub fn failed_recycle(
+    failed_at: Option<Timestamp>,
+    retention: Duration,
+    now: Timestamp,
+) -> FailedRecycle {
+    let failed_at = failed_at.unwrap_or(now);
+    let until = failed_at.checked_add(retention).unwrap_or(Timestamp::MAX);
+    if now >= until {
+        FailedRecycle::Retry
+    } else {
+        FailedRecycle::Hold { until }
+    }
+}
+
 /// The peer deployment of `local_deployment` on the other side of the pair: the remote
 /// SliceGateway's deployment of the same instance and generation (both sides of a pair flip
 /// generation together on every recycle). `None` when `local_deployment` is not `local_gateway`'s.
@@ -63,6 +92,39 @@ pub fn peer_deployment(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_recycle_is_retried_only_once_its_retention_has_passed() {
+        let failed: Timestamp = "2026-12-06T10:00:00Z".parse().expect("time");
+        let hour = Duration::from_secs(3600);
+        let at = |t: &str| t.parse::<Timestamp>().expect("time");
+        let until = at("2026-12-06T11:00:00Z");
+        assert_eq!(
+            failed_recycle(Some(failed), hour, at("2026-12-06T10:00:01Z")),
+            FailedRecycle::Hold { until }
+        );
+        assert_eq!(
+            failed_recycle(Some(failed), hour, at("2026-12-06T10:59:59Z")),
+            FailedRecycle::Hold { until }
+        );
+        assert_eq!(
+            failed_recycle(Some(failed), hour, until),
+            FailedRecycle::Retry
+        );
+        // Unknown failure time: held a whole retention from now, never retried at once.
+        let now = at("2026-12-06T12:00:00Z");
+        assert_eq!(
+            failed_recycle(None, hour, now),
+            FailedRecycle::Hold {
+                until: at("2026-12-06T13:00:00Z")
+            }
+        );
+        // Zero retention: retried on the next pass (as a finished recycle is deleted at once).
+        assert_eq!(
+            failed_recycle(Some(failed), Duration::ZERO, failed),
+            FailedRecycle::Retry
+        );
+    }
 
     fn on(deployment: &str, node: &str) -> PodPlacement {
         PodPlacement {

@@ -2,19 +2,24 @@
 //! gateway pods run and how many gateway nodes are usable, let `gw-recycler-core` pick the
 //! crowded deployment, and create its recycle on the hub with the trigger's names and labels. A
 //! finished recycle holding the name makes way (the reference's rebalancing deletes finished CRs
-//! too; Capstan otherwise deletes them after `--retention`).
+//! too; Capstan otherwise deletes them after `--retention`). **Decision**: a failed recycle of the
+//! SliceGateway is retried at most once per `--retention` after its failure, said in a Warning
+//! Event `RebalanceHeld` (the reference deletes and recreates it on every pass, losing why it
+//! failed). The client deployment is read from the peer, not guessed (see [`peer_of`]).
 
 use capstan_apis::networking::{HostType, LABEL_SLICE_GW_DEP, SliceGateway};
 use capstan_apis::worker::WorkerSliceGwRecycler;
 use capstan_runtime::kube_errors::is_not_found;
 use gw_recycler_core::rebalance::{
-    PodPlacement, RebalanceFacts, peer_deployment, pick_deployment_to_rebalance,
+    FailedRecycle, PodPlacement, RebalanceFacts, failed_recycle, peer_deployment,
+    pick_deployment_to_rebalance,
 };
+use gw_recycler_core::{State, Timestamp};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 
 use crate::error::ReconcileError;
-use crate::recycler::Recycler;
+use crate::recycler::{Recycler, state_since};
 use crate::trigger::new_recycler;
 use crate::world::{World, label, slice_of};
 
@@ -85,18 +90,31 @@ pub async fn reconcile(
         deployment: deployment.clone(),
         source,
     };
-    // A finished recycle of the same deployment holds the name: it makes way.
-    let finished = world
-        .recyclers
-        .state()
-        .into_iter()
-        .any(|c| c.name_any() == deployment && c.state().is_terminal());
-    if finished {
-        match api.delete(&deployment, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(e) if is_not_found(&e) => {}
-            Err(source) => return Err(failed(source)),
+    let recyclers = world.recyclers.state();
+    // A failed recycle of this gateway: left alone for a retention, then replaced.
+    let failure = recyclers
+        .iter()
+        .find(|c| c.state() == State::Error && c.involves(&name));
+    if let Some(failure) = failure {
+        let now = Timestamp::now();
+        match failed_recycle(state_since(failure), recycler.timing.retention, now) {
+            FailedRecycle::Hold { until } => {
+                return recycler
+                    .hold_rebalancing(world, failure, &deployment, until)
+                    .await;
+            }
+            FailedRecycle::Retry => {
+                tracing::info!(failed = %failure.name_any(), %deployment, "rebalancing: the failed recycle's retention has passed, retrying");
+                delete_exactly(&api, failure).await.map_err(failed)?;
+            }
         }
+    }
+    // A finished recycle of the same deployment holds the name: it makes way.
+    if let Some(finished) = recyclers
+        .iter()
+        .find(|c| c.name_any() == deployment && c.state() == State::End)
+    {
+        delete_exactly(&api, finished).await.map_err(failed)?;
     }
     // A conflict (someone else started it first, or the deletion is still pending) fails this
     // pass too: the retry sees the recycle, or the name free.
@@ -105,4 +123,24 @@ pub async fn reconcile(
         .map_err(failed)?;
     tracing::info!(%deployment, %client, "rebalancing: recycle created");
     Ok(())
+}
+
+/// Deletes `cr` itself (uid and resourceVersion as preconditions): never a recycle someone
+/// created under its name since the cache saw it.
+async fn delete_exactly(
+    api: &Api<WorkerSliceGwRecycler>,
+    cr: &WorkerSliceGwRecycler,
+) -> Result<(), kube::Error> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: cr.uid(),
+            resource_version: cr.resource_version(),
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&cr.name_any(), &params).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
 }

@@ -43,6 +43,13 @@ pub const ANNOTATION_FAILURE: &str = "capstan.io/failure";
 /// was announced, and every pass would announce it again.
 pub const ANNOTATION_FAILURE_REPORTED: &str = "capstan.io/failure-reported";
 
+/// Annotation (RFC 3339) on a failed recycle: rebalancing holds its SliceGateway until then (see
+/// `gw_recycler_core::rebalance::failed_recycle`); written with the Event that says so, once.
+pub const ANNOTATION_REBALANCE_HELD_UNTIL: &str = "capstan.io/rebalance-held-until";
+
+/// Warning Event reason when rebalancing leaves a failed recycle alone until its retention passed.
+pub const EVENT_REBALANCE_HELD: &str = "RebalanceHeld";
+
 /// Status condition type of a failed recycle (kept where the CRD has `status.conditions`, as
 /// Capstan's own does; pruned on kubeslice-controller's).
 pub const CONDITION_FAILED: &str = "Failed";
@@ -110,7 +117,7 @@ fn parse_time(text: &str) -> Option<Timestamp> {
     text.parse().ok()
 }
 
-fn state_since(cr: &WorkerSliceGwRecycler) -> Option<Timestamp> {
+pub(crate) fn state_since(cr: &WorkerSliceGwRecycler) -> Option<Timestamp> {
     cr.annotations()
         .get(ANNOTATION_STATE_SINCE)
         .and_then(|t| parse_time(t))
@@ -459,6 +466,35 @@ impl Recycler {
             ANNOTATION_FAILURE_REPORTED: now.to_string()
         }}});
         self.patch_cr(world, cr, CrPart::FailureReported, &reported)
+            .await
+    }
+
+    /// Says (once per failure) that rebalancing leaves the failed recycle `cr` alone until
+    /// `until`, instead of deleting and recreating it in a loop.
+    pub(crate) async fn hold_rebalancing(
+        &self,
+        world: &World,
+        cr: &WorkerSliceGwRecycler,
+        deployment: &str,
+        until: Timestamp,
+    ) -> Result<(), ReconcileError> {
+        if cr
+            .annotations()
+            .contains_key(ANNOTATION_REBALANCE_HELD_UNTIL)
+        {
+            return Ok(());
+        }
+        let note = format!(
+            "rebalancing would recycle {deployment}, but recycle {} failed: it is not retried \
+             before {until} (--retention after the failure); delete it to let rebalancing retry now",
+            cr.name_any()
+        );
+        self.announce(cr, EventType::Warning, EVENT_REBALANCE_HELD, note)
+            .await;
+        let held = json!({"metadata": {"annotations": {
+            ANNOTATION_REBALANCE_HELD_UNTIL: until.to_string()
+        }}});
+        self.patch_cr(world, cr, CrPart::FailureReported, &held)
             .await
     }
 

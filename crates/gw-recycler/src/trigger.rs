@@ -7,7 +7,7 @@
 //! second gets 409 (reported as the recycle in progress); a finished recycle of that name is
 //! deleted only with its uid and resourceVersion as preconditions, so a racing trigger never
 //! deletes the recycle another one just created. A failed recycle of either gateway blocks a new
-//! one until someone has looked at it and deleted it (or its retention has passed).
+//! one until someone has looked at it and deleted it.
 
 use std::path::PathBuf;
 
@@ -125,8 +125,7 @@ pub enum TriggerError {
     #[error(
         "recycle {name} of SliceGateway {gateway} ended in error_state and needs attention \
          ({reason}): see `kubectl describe workerslicegwrecycler {name} -n {namespace}` and the \
-         gateways' deployments, then delete it to recycle again (it goes by itself after the \
-         recyclers' --retention)"
+         gateways' deployments, then delete it to recycle again"
     )]
     NeedsAttention {
         name: String,
