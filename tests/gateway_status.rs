@@ -44,6 +44,16 @@ async fn get_status_calls(pod_ip: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The pod IP of the server's instance 0 gateway.
+async fn instance_0_pod_ip(worker: &Worker) -> String {
+    worker
+        .pod_ips_of(SERVER_BEFORE[0])
+        .await
+        .into_iter()
+        .next()
+        .expect("a pod of instance 0")
+}
+
 /// The NSM IPs `gatewayPodStatus` publishes.
 async fn published_nsm_ips(worker: &Worker) -> BTreeSet<String> {
     let api: Api<SliceGateway> = Api::namespaced(worker.cluster.client.clone(), NS);
@@ -88,13 +98,7 @@ async fn steady(octet: u8, interval: &str) -> (Testbed, BinaryUnderTest, BTreeSe
         .server
         .wait_steady(&SERVER_BEFORE, &BTreeSet::new())
         .await;
-    let pod_ip = bed
-        .server
-        .pod_ips_of(SERVER_BEFORE[0])
-        .await
-        .into_iter()
-        .next()
-        .expect("a pod of instance 0");
+    let pod_ip = instance_0_pod_ip(&bed.server).await;
     (bed, recycler, nsm, pod_ip)
 }
 
@@ -183,13 +187,7 @@ async fn gateways_whose_sidecars_stop_answering_keep_their_routes_and_status() {
 
     let down_nsm = bed.server.nsm_ips_of(SERVER_BEFORE[0]).await;
     let down_nsm = down_nsm.into_iter().next().expect("instance 0's NSM IP");
-    let down_ip = bed
-        .server
-        .pod_ips_of(SERVER_BEFORE[0])
-        .await
-        .into_iter()
-        .next()
-        .expect("a pod of instance 0");
+    let down_ip = instance_0_pod_ip(&bed.server).await;
     for ip in &pod_ips {
         set_unavailable(ip, true).await;
     }

@@ -446,11 +446,10 @@ async fn a_router_down_for_a_while_holds_the_step_until_it_returns() {
     recycled(&bed, &old).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_condition_that_never_comes_ends_in_error_state_with_a_warning() {
-    let bed = Testbed::start(82).await;
-    // No recycler on the client cluster: the client never responds.
-    let _server = bed
+/// A recycle with no recycler on the client cluster: the client never responds, and the server
+/// (running, returned) fails it at its 2 s step timeout; the trigger's output.
+async fn fail_without_client(bed: &Testbed) -> (BinaryUnderTest, std::process::Output) {
+    let server = bed
         .server
         .spawn_recycler(
             &bed.hub,
@@ -462,6 +461,13 @@ async fn a_condition_that_never_comes_ends_in_error_state_with_a_warning() {
         .await;
     let out = bed.trigger(&["--wait"]).await;
     assert!(!out.status.success(), "a failed recycle exits non-zero");
+    (server, out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_condition_that_never_comes_ends_in_error_state_with_a_warning() {
+    let bed = Testbed::start(82).await;
+    let (_server, out) = fail_without_client(&bed).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("state: error_state"), "{stdout}");
 
@@ -585,19 +591,7 @@ async fn announced(bed: &Testbed, reason: &str) -> i32 {
 async fn a_failed_recycle_on_kubeslice_controllers_crd_is_announced_once() {
     let bed = Testbed::start(103).await;
     use_kubeslice_controller_crd(&bed.hub).await;
-    // No recycler on the client cluster: the client never responds.
-    let _server = bed
-        .server
-        .spawn_recycler(
-            &bed.hub,
-            &["--step-timeout", "2s", "--drain-delay", "200ms"],
-        )
-        .await;
-    bed.server
-        .wait_steady(&SERVER_BEFORE, &BTreeSet::new())
-        .await;
-    let out = bed.trigger(&["--wait"]).await;
-    assert!(!out.status.success(), "a failed recycle exits non-zero");
+    let (_server, _) = fail_without_client(&bed).await;
     eventually("the failure announced", WAIT, || async {
         (announced(&bed, "FSMErrorState").await >= 1).then_some(())
     })
