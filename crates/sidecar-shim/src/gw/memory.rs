@@ -172,6 +172,15 @@ impl GwBackend for MemoryGw {
         })
     }
 
+    /// The tunnel's peer IP when it has one: memory gateways share no tunnel, so the peer IP set
+    /// for this pod's tunnel (by a test or the demo playing the VPN) is where its peer answers.
+    async fn peer_address(&self, remote_vpn_ip: IpAddr) -> IpAddr {
+        let tunnel = self.lock().status.tunnel.clone();
+        tunnel
+            .and_then(|t| t.peer_ip.parse().ok())
+            .unwrap_or(remote_vpn_ip)
+    }
+
     async fn route_via(&self, route: GatewayRoute) -> Result<(), BackendError> {
         self.lock().routes.insert(route.subnet, route.via);
         Ok(())
@@ -217,5 +226,24 @@ mod tests {
         let tunnel = gw.tunnel_status().await.expect("status");
         assert_eq!(tunnel.status, TunnelStatusType::GwTunnelStateDown as i32);
         assert_eq!(tunnel.net_interface, "");
+    }
+
+    #[tokio::test]
+    async fn the_peer_answers_where_the_tunnel_reaches() {
+        let vpn_ip: IpAddr = "10.9.0.2".parse().expect("ip");
+        let gw = MemoryGw::new(MemoryGwStatus::default());
+        // No tunnel: the VPN IP itself.
+        assert_eq!(gw.peer_address(vpn_ip).await, vpn_ip);
+        gw.set_status(MemoryGwStatus {
+            tunnel: Some(MemoryTunnel {
+                peer_ip: "127.7.0.5".into(),
+                ..MemoryTunnel::default()
+            }),
+            ..MemoryGwStatus::default()
+        });
+        assert_eq!(
+            gw.peer_address(vpn_ip).await,
+            "127.7.0.5".parse::<IpAddr>().expect("ip")
+        );
     }
 }

@@ -121,6 +121,12 @@ pub trait GwBackend: Send + Sync + 'static {
     async fn route_via(&self, route: GatewayRoute) -> Result<(), BackendError>;
     /// Applies a validated QoS profile.
     async fn apply_qos(&self, profile: &SliceQosProfile) -> Result<(), BackendError>;
+    /// Where the peer gateway's sidecar answers, asked for the remote VPN IP: that IP itself
+    /// through the kernel's tunnel (every instance's tunnel has the same remote VPN IP and
+    /// reaches its own peer).
+    async fn peer_address(&self, remote_vpn_ip: IpAddr) -> IpAddr {
+        remote_vpn_ip
+    }
 }
 
 /// How `GetSliceGwRemotePodName` reaches the peer gateway's sidecar.
@@ -235,7 +241,8 @@ impl GwSidecarService for GwSidecar {
     ) -> Result<Response<GwPodStatus>, Status> {
         let ip =
             parse_ip(&request.get_ref().remote_gw_vpn_ip).ok_or(InvalidArgument(INVALID_VPN_IP))?;
-        Ok(Response::new(self.peer.get_status(ip).await?))
+        let peer = self.backend.peer_address(ip).await;
+        Ok(Response::new(self.peer.get_status(peer).await?))
     }
 
     async fn update_connection_context(
