@@ -1,7 +1,9 @@
 //! `--rebalance` against kube-sim: the server worker's two gateway pods run on one node; a second
 //! node labelled `kubeslice.io/node-type=gateway` appears, so that node holds more than its share
 //! (ceil(2/2) = 1) and the real binary starts exactly one recycle, with the trigger's names and
-//! labels, and no second one while it runs.
+//! labels, and no second one while it runs. The tunnels pair the instances crosswise (server 0
+//! with client 1), as a client's choice of node port can: the recycle's client is the peer the
+//! server pod's sidecar names, not the client deployment of the same instance.
 
 use capstan_apis::networking::SliceGateway;
 use capstan_apis::worker::WorkerSliceGwRecycler;
@@ -10,11 +12,18 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 use capstan_scenarios::slice::{
-    CLIENT_GW, HUB_NS, NS, SERVER_GW, Testbed, WAIT, add_gateway_node, gateway_pod_nodes,
-    label_gateway_node,
+    CLIENT_GW, HUB_NS, NS, SERVER_GW, Testbed, WAIT, Worker, add_gateway_node, gateway_pod_nodes,
+    label_gateway_node, set_tunnel_peer,
 };
 use capstan_testkit::eventually;
 use capstan_testkit_sim::SimCluster;
+
+async fn pod(worker: &Worker, deployment: &str) -> (String, String) {
+    eventually(&format!("the pod of {deployment}"), WAIT, || {
+        worker.pod_of(deployment)
+    })
+    .await
+}
 
 async fn recyclers(hub: &SimCluster) -> Vec<WorkerSliceGwRecycler> {
     let api: Api<WorkerSliceGwRecycler> = Api::namespaced(hub.client.clone(), HUB_NS);
@@ -26,14 +35,51 @@ async fn recyclers(hub: &SimCluster) -> Vec<WorkerSliceGwRecycler> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_holding_more_than_its_share_of_gateway_pods_gets_one_recycle() {
-    let Testbed { hub, server, .. } = Testbed::start(88).await;
+    let Testbed {
+        hub,
+        server,
+        client,
+    } = Testbed::start(88).await;
     let gateways: Api<SliceGateway> = Api::namespaced(server.cluster.client.clone(), NS);
-    let remote = json!({"status": {"config": {"sliceGatewayRemoteGatewayId": CLIENT_GW}}});
+    // As kubeslice-controller configures it; the memory sidecars reach their peers through the
+    // tunnel peer IPs set below, not this address.
+    let remote = json!({"status": {"config": {
+        "sliceGatewayRemoteGatewayId": CLIENT_GW,
+        "sliceGatewayRemoteVpnIp": "10.0.0.2",
+    }}});
     gateways
         .patch_status(SERVER_GW, &PatchParams::default(), &Patch::Merge(&remote))
         .await
-        .expect("remote gateway id");
+        .expect("remote gateway id and VPN IP");
     let _recycler = server.spawn_recycler(&hub, &["--rebalance"]).await;
+    let _client_recycler = client.spawn_recycler(&hub, &[]).await;
+
+    // Server instance 0's tunnel reaches client instance 1 and the other way round; the server's
+    // gateway reconciler publishes each pod's peer as its sidecar names it.
+    let (server_0, server_0_ip) = pod(&server, "red-a-b-0-0").await;
+    let (_, server_1_ip) = pod(&server, "red-a-b-1-0").await;
+    let (client_0, client_0_ip) = pod(&client, "red-b-a-0-0").await;
+    let (client_1, client_1_ip) = pod(&client, "red-b-a-1-0").await;
+    set_tunnel_peer(&server_0_ip, &client_1_ip).await;
+    set_tunnel_peer(&server_1_ip, &client_0_ip).await;
+    eventually("the server pods' peers published", WAIT, || async {
+        let gateway = gateways.get(SERVER_GW).await.ok()?;
+        let peer = |pod: &str| {
+            gateway
+                .gateway_pods()
+                .iter()
+                .find(|i| i.pod_name.as_deref() == Some(pod))
+                .and_then(|i| i.peer_pod_name.clone())
+        };
+        (peer(&server_0).as_deref() == Some(client_1.as_str())
+            && gateway
+                .gateway_pods()
+                .iter()
+                .all(|i| i.peer_pod_name.is_some()))
+        .then_some(())
+    })
+    .await;
+    assert_ne!(client_0, client_1);
 
     // Both gateway pods land on kube-sim's only node; label it a gateway node: one usable node,
     // no rebalancing.
@@ -56,7 +102,11 @@ async fn a_node_holding_more_than_its_share_of_gateway_pods_gets_one_recycle() {
     assert_eq!(cr.spec.slice_gw_client.as_deref(), Some("red-b-a"));
     let pair = cr.spec.gw_pair.clone().expect("gwPair");
     assert_eq!(pair.server_id.as_deref(), Some("red-a-b-0-0"));
-    assert_eq!(pair.client_id.as_deref(), Some("red-b-a-0-0"));
+    assert_eq!(
+        pair.client_id.as_deref(),
+        Some("red-b-a-1-0"),
+        "the client is server 0's peer, as its sidecar named it"
+    );
     let labels = cr.metadata.labels.clone().unwrap_or_default();
     assert_eq!(labels.get("slice_name").map(String::as_str), Some("red"));
     assert_eq!(

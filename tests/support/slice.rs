@@ -194,6 +194,27 @@ impl Worker {
             .collect()
     }
 
+    /// The name and IP of the one live pod of gateway deployment `deployment`, once it has an IP.
+    pub async fn pod_of(&self, deployment: &str) -> Option<(String, String)> {
+        let list = self
+            .pods()
+            .list(&ListParams::default().labels(&format!("kubeslice.io/slice-gw-dep={deployment}")))
+            .await
+            .ok()?;
+        let live: Vec<_> = list
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        match live.as_slice() {
+            [pod] => Some((
+                pod.metadata.name.clone()?,
+                pod.status.as_ref()?.pod_ip.clone()?,
+            )),
+            _ => None,
+        }
+    }
+
     /// The NSM IPs the gateway sidecars of `deployment` report (`GetStatus`).
     pub async fn nsm_ips_of(&self, deployment: &str) -> BTreeSet<String> {
         let mut out = BTreeSet::new();
@@ -557,6 +578,15 @@ pub async fn edit_sidecar_status(pod_ip: &str, edit: impl FnOnce(&mut serde_json
 pub async fn set_tunnel_down(pod_ip: &str, down: bool) {
     edit_sidecar_status(pod_ip, |status| {
         status["tunnel"]["down"] = serde_json::Value::Bool(down);
+    })
+    .await;
+}
+
+/// Plays the VPN: the tunnel of the memory gw-sidecar at `pod_ip` reaches the gateway pod at
+/// `peer_ip`, whose sidecar `GetSliceGwRemotePodName` then asks.
+pub async fn set_tunnel_peer(pod_ip: &str, peer_ip: &str) {
+    edit_sidecar_status(pod_ip, |status| {
+        status["tunnel"]["peerIP"] = serde_json::Value::String(peer_ip.to_owned());
     })
     .await;
 }

@@ -25,6 +25,18 @@ pub fn instance_of(slicegw: &str, dep: &str) -> Option<u32> {
     instance.parse().ok()
 }
 
+/// The gateway deployment of `slicegw` a pod named `pod` belongs to: pods of a Deployment are
+/// named `<deployment>-<replicaset hash>-<suffix>`, so the two segments after `<slicegw>-` (the
+/// instance and generation, both numbers) name it. How the reference reads a peer's deployment
+/// from the `peerPodName` its gateway sidecar reported.
+pub fn deployment_of_pod(slicegw: &str, pod: &str) -> Option<String> {
+    let rest = pod.strip_prefix(slicegw)?.strip_prefix('-')?;
+    let mut segments = rest.split('-');
+    let instance: u32 = segments.next()?.parse().ok()?;
+    let generation: u32 = segments.next()?.parse().ok()?;
+    Some(deployment_name(slicegw, instance, generation))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,5 +68,23 @@ mod tests {
         assert_eq!(instance_of("red-a", "red-a-b-0-1"), None);
         assert_eq!(instance_of("red-a-b", "red-a-b-x-1"), None);
         assert_eq!(instance_of("red-a-b", "red-a-b-0"), None);
+    }
+
+    #[test]
+    fn a_pods_deployment_is_read_from_its_name() {
+        assert_eq!(
+            deployment_of_pod("red-b-a", "red-b-a-1-0-7d9f8c6b5-x2k4q").as_deref(),
+            Some("red-b-a-1-0")
+        );
+        assert_eq!(
+            deployment_of_pod("red-b-a", "red-b-a-0-1-abc").as_deref(),
+            Some("red-b-a-0-1")
+        );
+        // Another gateway's pod, or a name that is not `<slicegw>-<n>-<n>-...`.
+        assert_eq!(deployment_of_pod("red-b-a", "red-a-b-0-0-abc-xyz"), None);
+        assert_eq!(deployment_of_pod("red-b", "red-b-a-0-0-abc-xyz"), None);
+        assert_eq!(deployment_of_pod("red-b-a", "red-b-a-x-0-abc"), None);
+        assert_eq!(deployment_of_pod("red-b-a", "red-b-a-0"), None);
+        assert_eq!(deployment_of_pod("red-b-a", ""), None);
     }
 }

@@ -1,5 +1,8 @@
 //! The slice router's next hops towards the remote subnet: the NSM IPs of gateway pods that carry
 //! traffic (not excluded by a recycle, NSM interface up, tunnel UP), and when not to push them.
+//! **Decision**: a pod without a `peerPodName` still carries traffic (recent KubeSlice releases
+//! skip it): its sidecar's UP tunnel is the evidence, and the peer is asked only where the
+//! SliceGateway has a remote VPN IP, which not every hub sets.
 
 /// What the selection reads of one Running gateway pod.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

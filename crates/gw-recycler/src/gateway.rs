@@ -60,6 +60,9 @@ struct Answer {
     ip: String,
     at: Instant,
     status: GwPodStatus,
+    /// The peer pod its sidecar named (`GetSliceGwRemotePodName`), asked only of a complete
+    /// answer (a tunnel UP) when the SliceGateway has a remote VPN IP.
+    peer: Option<String>,
 }
 
 /// One gateway's sidecar answers: the complete ones by pod name, and since when each pod
@@ -136,8 +139,14 @@ fn tunnel_state(status: &GwPodStatus) -> TunnelState {
         .map_or(TunnelState::Down, |t| TunnelState::from(t.status))
 }
 
-/// The `gatewayPodStatus` entry of pod `name` at `ip` whose sidecar answered `status`.
-fn published(name: Option<String>, ip: String, status: &GwPodStatus) -> GwPodInfo {
+/// The IP the tunnel reaches on the far side, as the sidecar reports it.
+fn tunnel_remote(status: &GwPodStatus) -> Option<&str> {
+    status.tunnel_status.as_ref().map(|t| t.peer_ip.as_str())
+}
+
+/// The `gatewayPodStatus` entry of pod `name` at `ip` whose sidecar answered `answer`.
+fn published(name: Option<String>, ip: String, answer: &Answer) -> GwPodInfo {
+    let status = &answer.status;
     let nsm_ip = status.nsm_intf_status.as_ref().map(|n| n.nsm_ip.clone());
     let tunnel = status.tunnel_status.clone().unwrap_or_default();
     GwPodInfo {
@@ -151,6 +160,7 @@ fn published(name: Option<String>, ip: String, status: &GwPodStatus) -> GwPodInf
             status: Some(tunnel_state(status)),
             ..TunnelStatus::default()
         }),
+        peer_pod_name: answer.peer.clone(),
         ..GwPodInfo::default()
     }
 }
@@ -430,20 +440,30 @@ impl GatewayReconciler {
             .filter_map(|pod| Some((pod.metadata.name.clone(), pod_ip(pod)?, incarnation(pod))))
             .collect();
         let known = lock(&self.answers).remove(name).unwrap_or_default();
+        let remote_vpn_ip = gateway
+            .config()
+            .and_then(|c| c.slice_gateway_remote_vpn_ip.as_deref())
+            .filter(|ip| !ip.is_empty());
         let replies = futures::future::join_all(pods.iter().map(|(name, ip, incarnation)| {
             let standing = name
                 .as_deref()
                 .and_then(|name| known.standing(name, incarnation, ip, now))
                 .cloned();
+            let peer = KnownPeer {
+                last: name
+                    .as_deref()
+                    .and_then(|name| known.last_good(name, incarnation, ip))
+                    .cloned(),
+                published: name
+                    .as_deref()
+                    .and_then(|name| gateway.published_pod(name, ip))
+                    .and_then(|info| info.peer_pod_name.clone())
+                    .filter(|peer| !peer.is_empty()),
+            };
             async move {
                 match standing {
                     Some(answer) => Ok(answer),
-                    None => self.sidecars.gateway_status(ip).await.map(|status| Answer {
-                        incarnation: incarnation.clone(),
-                        ip: ip.clone(),
-                        at: Instant::now(),
-                        status,
-                    }),
+                    None => self.ask(ip, incarnation, remote_vpn_ip, peer).await,
                 }
             }
         }))
@@ -470,9 +490,7 @@ impl GatewayReconciler {
                     if let (Some(pod), Some(last)) = (&pod, last) {
                         tracing::debug!(%error, pod, "gateway sidecar not answering: its last answer stands");
                         answers.keep(pod, last.clone());
-                        status
-                            .infos
-                            .push(published(Some(pod.clone()), ip, &last.status));
+                        status.infos.push(published(Some(pod.clone()), ip, last));
                         continue;
                     }
                     let was = pod
@@ -496,9 +514,7 @@ impl GatewayReconciler {
             if !complete(&answer.status) {
                 status.unready |= waiting(&mut answers, pod.as_deref(), &incarnation);
             }
-            status
-                .infos
-                .push(published(pod.clone(), ip, &answer.status));
+            status.infos.push(published(pod.clone(), ip, &answer));
             if let Some(pod) = &pod {
                 answers.keep(pod, answer);
             }
@@ -508,6 +524,71 @@ impl GatewayReconciler {
         }
         status
     }
+
+    /// Asks the sidecar of the pod at `ip` for its status and, when its tunnel is UP and the
+    /// SliceGateway has a remote VPN IP, for its peer (see [`Self::peer`]).
+    async fn ask(
+        &self,
+        ip: &str,
+        incarnation: &str,
+        remote_vpn_ip: Option<&str>,
+        known: KnownPeer,
+    ) -> Result<Answer, crate::sidecars::SidecarError> {
+        let status = self.sidecars.gateway_status(ip).await?;
+        let peer = match remote_vpn_ip {
+            Some(vpn_ip) if complete(&status) => self.peer(ip, vpn_ip, &status, known).await,
+            _ => None,
+        };
+        Ok(Answer {
+            incarnation: incarnation.to_owned(),
+            ip: ip.to_owned(),
+            at: Instant::now(),
+            status,
+            peer,
+        })
+    }
+
+    /// The peer pod of the pod at `ip`, whose sidecar just answered `status` with its tunnel UP.
+    /// A tunnel that stayed UP to the same remote IP in the same incarnation keeps its peer (one
+    /// that reconnects elsewhere goes DOWN first, which ends the last answer), so the sidecar is
+    /// asked once per tunnel, not on every probe. When it does not name one, the last known
+    /// stands (the reference publishes an empty name then).
+    async fn peer(
+        &self,
+        ip: &str,
+        remote_vpn_ip: &str,
+        status: &GwPodStatus,
+        known: KnownPeer,
+    ) -> Option<String> {
+        if let Some(last) = &known.last
+            && last.peer.is_some()
+            && tunnel_remote(&last.status) == tunnel_remote(status)
+        {
+            return last.peer.clone();
+        }
+        let fallback = || {
+            known
+                .last
+                .as_ref()
+                .and_then(|a| a.peer.clone())
+                .or(known.published.clone())
+        };
+        match self.sidecars.peer_pod_name(ip, remote_vpn_ip).await {
+            Ok(name) if !name.is_empty() => Some(name),
+            Ok(_) => fallback(),
+            Err(error) => {
+                tracing::debug!(%error, pod_ip = ip, "gateway sidecar did not name its peer: the last known stands");
+                fallback()
+            }
+        }
+    }
+}
+
+/// What is known of a pod's peer before its sidecar is asked: its last complete answer in this
+/// incarnation, and the `peerPodName` the SliceGateway publishes for it.
+struct KnownPeer {
+    last: Option<Answer>,
+    published: Option<String>,
 }
 
 #[cfg(test)]
@@ -520,6 +601,7 @@ mod tests {
             incarnation: "uid-1/0".into(),
             ip: "127.10.0.4".into(),
             at,
+            peer: None,
             status: GwPodStatus {
                 nsm_intf_status: Some(NsmInterfaceStatus {
                     nsm_ip: nsm_ip.into(),
@@ -630,12 +712,21 @@ mod tests {
         assert!(complete(&answer("10.1.1.1", TunnelState::Up, now).status));
         // No tunnel status at all (KubeSlice's sidecar before its first check) is DOWN, and
         // published so.
-        let mut no_tunnel = answer("10.1.1.1", TunnelState::Up, now).status;
-        no_tunnel.tunnel_status = None;
-        assert!(!complete(&no_tunnel));
+        let mut no_tunnel = answer("10.1.1.1", TunnelState::Up, now);
+        no_tunnel.status.tunnel_status = None;
+        assert!(!complete(&no_tunnel.status));
         let info = published(Some("gw-0".into()), "127.10.0.4".into(), &no_tunnel);
         assert!(!info.tunnel_up(), "{info:?}");
         assert_eq!(info.nsm_ip(), Some("10.1.1.1"));
+        assert_eq!(info.peer_pod_name, None);
+        // The peer its sidecar named is published with it.
+        let mut paired = answer("10.1.1.1", TunnelState::Up, now);
+        paired.peer = Some("red-b-a-1-0-7d9f-x2k4q".into());
+        let info = published(Some("gw-0".into()), "127.10.0.4".into(), &paired);
+        assert_eq!(
+            info.peer_pod_name.as_deref(),
+            Some("red-b-a-1-0-7d9f-x2k4q")
+        );
         let mut no_nsm = answer("10.1.1.1", TunnelState::Up, now).status;
         no_nsm.nsm_intf_status = None;
         assert!(!complete(&no_nsm));

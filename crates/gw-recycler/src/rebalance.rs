@@ -5,14 +5,15 @@
 //! too; Capstan otherwise deletes them after `--retention`). **Decision**: a failed recycle of the
 //! SliceGateway is retried at most once per `--retention` after its failure, said in a Warning
 //! Event `RebalanceHeld` (the reference deletes and recreates it on every pass, losing why it
-//! failed). The client deployment is read from the peer, not guessed (see [`peer_of`]).
+//! failed). The client deployment is read from the peer its gateway sidecar named in
+//! `gatewayPodStatus[].peerPodName`, never guessed from the instance number (see
+//! [`gw_recycler_core::rebalance`]).
 
 use capstan_apis::networking::{HostType, LABEL_SLICE_GW_DEP, SliceGateway};
 use capstan_apis::worker::WorkerSliceGwRecycler;
 use capstan_runtime::kube_errors::is_not_found;
 use gw_recycler_core::rebalance::{
-    FailedRecycle, PodPlacement, RebalanceFacts, failed_recycle, peer_deployment,
-    pick_deployment_to_rebalance,
+    FailedRecycle, PodPlacement, Rebalance, RebalanceFacts, failed_recycle, pick_pair_to_rebalance,
 };
 use gw_recycler_core::{State, Timestamp};
 use kube::ResourceExt;
@@ -23,8 +24,9 @@ use crate::recycler::{Recycler, state_since};
 use crate::trigger::new_recycler;
 use crate::world::{World, label, slice_of};
 
-/// The facts rebalancing decides on for `gateway`.
-pub fn observe(world: &World, gateway: &str) -> RebalanceFacts {
+/// The facts rebalancing decides on for `gateway`, whose peers are `remote`'s pods.
+pub fn observe(world: &World, gateway: &SliceGateway, remote: &str) -> RebalanceFacts {
+    let name = gateway.name_any();
     let gateway_nodes = world.nodes.as_ref().map_or(0, |nodes| {
         nodes
             .state()
@@ -32,20 +34,30 @@ pub fn observe(world: &World, gateway: &str) -> RebalanceFacts {
             .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true))
             .count()
     });
+    let peer_of = |pod: &str| {
+        gateway
+            .gateway_pods()
+            .iter()
+            .find(|info| info.pod_name.as_deref() == Some(pod))
+            .and_then(|info| info.peer_pod_name.clone())
+            .filter(|peer| !peer.is_empty())
+    };
     let pods = world
-        .gateway_pods(gateway)
+        .gateway_pods(&name)
         .iter()
         .filter_map(|pod| {
             Some(PodPlacement {
                 deployment: label(pod.as_ref(), LABEL_SLICE_GW_DEP)?.to_owned(),
                 node: pod.spec.as_ref()?.node_name.clone().unwrap_or_default(),
+                peer_pod: peer_of(&pod.name_any()),
             })
         })
         .collect();
     RebalanceFacts {
         pods,
         gateway_nodes,
-        recycle_in_progress: world.recycle_in_progress(gateway).is_some(),
+        recycle_in_progress: world.recycle_in_progress(&name).is_some(),
+        remote_gateway: remote.to_owned(),
     }
 }
 
@@ -60,22 +72,30 @@ pub async fn reconcile(
         return Ok(());
     }
     let name = gateway.name_any();
-    let Some(deployment) = pick_deployment_to_rebalance(&observe(world, &name)) else {
-        return Ok(());
-    };
     let field = |field| ReconcileError::GatewayField {
         gateway: name.clone(),
         field,
     };
-    let slice = slice_of(gateway).ok_or_else(|| field("slice name"))?;
-    let remote = gateway
+    let Some(remote) = gateway
         .config()
         .and_then(|c| c.slice_gateway_remote_gateway_id.clone())
         .filter(|r| !r.is_empty())
-        .ok_or_else(|| field("status.config.sliceGatewayRemoteGatewayId"))?;
-    let Some(client) = peer_deployment(&name, &remote, &deployment) else {
+    else {
+        // Without it no peer can be told apart; a pair to recycle needs one.
+        if pick_pair_to_rebalance(&observe(world, gateway, "")) != Rebalance::Stay {
+            return Err(field("status.config.sliceGatewayRemoteGatewayId"));
+        }
         return Ok(());
     };
+    let (deployment, client) = match pick_pair_to_rebalance(&observe(world, gateway, &remote)) {
+        Rebalance::Stay => return Ok(()),
+        Rebalance::PeerUnknown { node } => {
+            tracing::debug!(%node, "rebalancing: the node holds more than its share, but no gateway pod there has a peerPodName yet (its sidecar's GetSliceGwRemotePodName)");
+            return Ok(());
+        }
+        Rebalance::Recycle { server, client } => (server, client),
+    };
+    let slice = slice_of(gateway).ok_or_else(|| field("slice name"))?;
     let cr = new_recycler(
         &recycler.hub_namespace,
         &slice,

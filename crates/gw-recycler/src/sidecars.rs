@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use capstan_proto::router::slice_router_sidecar_service_client::SliceRouterSidecarServiceClient;
 use capstan_proto::router::{EcmpUpdateInfo, SliceGwConContext, VerifyRouteAddRequest};
-use capstan_proto::sidecar::GwPodStatus;
 use capstan_proto::sidecar::gw_sidecar_service_client::GwSidecarServiceClient;
+use capstan_proto::sidecar::{GwPodStatus, RemoteGwVpnIp};
 use capstan_runtime::http_trace::{TraceLayer, Traced};
 use tonic::transport::{Channel, Endpoint};
 use tower::Layer as _;
@@ -134,6 +134,23 @@ impl Sidecars {
             .await
             .map_err(Self::failed(address))?;
         Ok(reply.into_inner())
+    }
+
+    /// The gateway sidecar's `GetSliceGwRemotePodName`: the name of the peer pod its tunnel
+    /// reaches at `remote_vpn_ip` (the SliceGateway's `sliceGatewayRemoteVpnIp`).
+    pub async fn peer_pod_name(
+        &self,
+        pod_ip: &str,
+        remote_vpn_ip: &str,
+    ) -> Result<String, SidecarError> {
+        let (address, channel) = self.channel(pod_ip)?;
+        let reply = GwSidecarServiceClient::new(channel)
+            .get_slice_gw_remote_pod_name(RemoteGwVpnIp {
+                remote_gw_vpn_ip: remote_vpn_ip.to_owned(),
+            })
+            .await
+            .map_err(Self::failed(address))?;
+        Ok(reply.into_inner().gateway_pod_name)
     }
 
     /// CheckIfRouteInSliceRouter: the router routes `remote_subnet` via `nsm_ip`.
