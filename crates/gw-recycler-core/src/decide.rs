@@ -115,14 +115,20 @@ impl Missing {
                     .into()
             }
             Missing::NewDeploymentPresent => "the new gateway deployment exists".into(),
-            Missing::NewNsmIp => "the new gateway pod reports an NSM IP".into(),
+            Missing::NewNsmIp => {
+                "the new gateway pod's NSM IP in gatewayPodStatus (its sidecar answers GetStatus)"
+                    .into()
+            }
             Missing::RouterReachable => "the slice router sidecar answers".into(),
             Missing::RouteCheckAnswered => {
                 "the slice router sidecar answers GetRouteInKernel without an error (see its log)"
                     .into()
             }
             Missing::RouteViaNew => "the slice router routes via the new gateway".into(),
-            Missing::OldNsmIp => "the old gateway pod reports its NSM IP".into(),
+            Missing::OldNsmIp => {
+                "the old gateway pod's NSM IP in gatewayPodStatus (its sidecar answered GetStatus once)"
+                    .into()
+            }
             Missing::RouteViaOldGone => "the route via the old gateway is withdrawn".into(),
             Missing::OldDeploymentGone => "the old gateway deployment is deleted".into(),
             Missing::ClientResponse(r) => format!("the client responds {r}"),

@@ -219,9 +219,9 @@ impl GatewayReconciler {
     }
 
     /// One pass over `gateway`. The router's next hops go out before `gatewayPodStatus` is
-    /// written: the router is the data path a recycle waits for, and no watch event announces a
-    /// route, so `on_pushed` tells the recycles at once; the status only records what the
-    /// sidecars reported.
+    /// written: the router is the data path, the status only records what the sidecars reported.
+    /// No watch event announces a route, so `on_pushed` tells the recycles, which read both, once
+    /// the push and the status write (when either changed) are out.
     #[tracing::instrument(skip(self, world, gateway, on_pushed), fields(gateway = gateway.metadata.name.as_deref().unwrap_or_default()))]
     pub async fn reconcile(
         &self,
@@ -249,10 +249,8 @@ impl GatewayReconciler {
         let pushed = self
             .push_next_hops(world, gateway, &name, &slice, &infos, &unanswered)
             .await;
-        if matches!(pushed, Ok(true)) {
-            on_pushed();
-        }
-        if gateway.gateway_pods() != infos.as_slice() {
+        let published = gateway.gateway_pods() != infos.as_slice();
+        if published {
             let api: Api<SliceGateway> = Api::namespaced(self.client.clone(), &self.namespace);
             let patch = json!({"status": {"gatewayPodStatus": infos}});
             let params = write_params(&self.manager);
@@ -266,6 +264,10 @@ impl GatewayReconciler {
                     gateway: name.clone(),
                     source,
                 })?;
+        }
+        // The recycles read the NSM IPs published here too: told once both are out.
+        if published || matches!(pushed, Ok(true)) {
+            on_pushed();
         }
         pushed?;
         Ok(Pass {

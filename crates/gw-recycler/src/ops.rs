@@ -169,27 +169,36 @@ impl LocalSide<'_> {
     }
 }
 
-/// The NSM IP of `pod`'s gateway sidecar (`None`: empty). When the sidecar does not answer, the
-/// one `gateway` last published for the pod at its IP stands: a sick gateway's route is still
-/// known to the router by it.
+/// The NSM IP of gateway pod `pod` (`None`: not known yet, or empty): as `gateway` publishes it
+/// in `gatewayPodStatus`, where the reference's recycler reads it too
+/// (`GetNsmIPsForGwDeployment`), else from the pod's sidecar. The gateway reconciler publishes
+/// each sidecar's answer there and keeps the last good one while the sidecar is away, so a sick
+/// gateway's route is still known by it, and a recycle's passes cost no `GetStatus` once it is
+/// published (the SliceGateway's watch event wakes them); the sidecar is asked only before that,
+/// so a recycle never waits on the gateway reconciler's next pass.
 pub async fn nsm_ip_of(
     sidecars: &Sidecars,
     pod: &Pod,
     gateway: Option<&SliceGateway>,
 ) -> Option<String> {
     let ip = pod_ip(pod)?;
-    let nsm_ip = match sidecars.gateway_status(&ip).await {
-        Ok(status) => status.nsm_intf_status.map(|n| n.nsm_ip),
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    if let Some(published) = gateway
+        .and_then(|g| g.published_pod(name, &ip))
+        .and_then(|p| p.nsm_ip())
+    {
+        return Some(published.to_owned());
+    }
+    match sidecars.gateway_status(&ip).await {
+        Ok(status) => status
+            .nsm_intf_status
+            .map(|n| n.nsm_ip)
+            .filter(|ip| !ip.is_empty()),
         Err(error) => {
-            let name = pod.metadata.name.as_deref().unwrap_or_default();
-            let published = gateway
-                .and_then(|g| g.published_pod(name, &ip))
-                .and_then(|p| p.local_nsm_ip.clone());
-            tracing::debug!(%error, pod = name, ?published, "gateway sidecar not answering: the published NSM IP stands");
-            published
+            tracing::debug!(%error, pod = name, "gateway sidecar not answering, no NSM IP published");
+            None
         }
-    };
-    nsm_ip.filter(|ip| !ip.is_empty())
+    }
 }
 
 /// Merge-patch parameters naming our field manager.

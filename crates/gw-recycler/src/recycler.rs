@@ -185,8 +185,9 @@ impl Recycler {
         }
     }
 
-    /// The facts of the local side: deployments from the caches, NSM IPs and routes from the
-    /// sidecars, of the gateways `probes` names (the rest no decision at this step reads).
+    /// The facts of the local side: deployments from the caches, NSM IPs as the SliceGateway
+    /// publishes them (or their sidecars, before that), and routes from the router sidecar, of the gateways `probes` names (the
+    /// rest no decision at this step reads).
     async fn observe(&self, world: &World, gateway: &str, old: &str, probes: Probes) -> SideFacts {
         let new = next_deployment_name(old);
         let gw = world.gateway(gateway);
@@ -194,13 +195,21 @@ impl Recycler {
             .as_ref()
             .map(|g| g.intermediate_deployments().to_vec())
             .unwrap_or_default();
-        // The sidecar calls of the two deployments (and then of the two routes) are independent:
-        // made at once, a pass costs two gRPC round trips instead of four.
+        let (gw_ref, sidecars) = (gw.as_deref(), &self.sidecars);
+        // Independent, each at most one gRPC round trip: made at once.
         let (old_facts, new_facts) = futures::join!(
-            self.deployment_facts(world, gw.as_deref(), old, &intermediate, probes.old_gateway),
-            self.deployment_facts(
+            deployment_facts(
+                sidecars,
                 world,
-                gw.as_deref(),
+                gw_ref,
+                old,
+                &intermediate,
+                probes.old_gateway
+            ),
+            deployment_facts(
+                sidecars,
+                world,
+                gw_ref,
                 &new,
                 &intermediate,
                 probes.new_gateway
@@ -211,6 +220,7 @@ impl Recycler {
             .and_then(|g| self.side(world, gateway).router_and_subnet(g).ok());
         let nsm = |d: &DeploymentFacts| d.pod.as_ref().and_then(|p| p.nsm_ip.clone());
         let (new_ip, old_ip) = (nsm(&new_facts), nsm(&old_facts));
+        // The two route checks are independent: made at once, a pass costs one gRPC round trip.
         let (route_via_new, route_via_old) = futures::join!(
             self.probe(router.as_ref(), new_ip.as_deref()),
             self.probe(router.as_ref(), old_ip.as_deref()),
@@ -222,36 +232,6 @@ impl Recycler {
             new: new_facts,
             route_via_new,
             route_via_old,
-        }
-    }
-
-    /// One deployment's facts: from the caches, and (when `probe`) its pod's NSM IP from its
-    /// sidecar (or, when that does not answer, as `gateway` published it).
-    async fn deployment_facts(
-        &self,
-        world: &World,
-        gateway: Option<&SliceGateway>,
-        name: &str,
-        intermediate: &[String],
-        probe: bool,
-    ) -> DeploymentFacts {
-        let deployment = world.deployment(name);
-        let pod = match world.deployment_pods(name).into_iter().next() {
-            Some(p) => Some(PodFacts {
-                excluded: is_excluded(&p),
-                nsm_ip: if probe {
-                    nsm_ip_of(&self.sidecars, &p, gateway).await
-                } else {
-                    None
-                },
-            }),
-            None => None,
-        };
-        DeploymentFacts {
-            present: deployment.is_some(),
-            intermediate: intermediate.iter().any(|d| d == name),
-            marked_for_deletion: deployment.as_deref().is_some_and(is_marked_for_deletion),
-            pod,
         }
     }
 
@@ -613,6 +593,36 @@ impl Recycler {
         if let Err(error) = self.recorder.publish(&event, &reference).await {
             tracing::warn!(%error, reason, "event not published");
         }
+    }
+}
+
+/// One deployment's facts: from the caches, and (when `probe`) its pod's NSM IP (see
+/// [`nsm_ip_of`]).
+async fn deployment_facts(
+    sidecars: &Sidecars,
+    world: &World,
+    gateway: Option<&SliceGateway>,
+    name: &str,
+    intermediate: &[String],
+    probe: bool,
+) -> DeploymentFacts {
+    let deployment = world.deployment(name);
+    let pod = match world.deployment_pods(name).into_iter().next() {
+        Some(p) => Some(PodFacts {
+            excluded: is_excluded(&p),
+            nsm_ip: if probe {
+                nsm_ip_of(sidecars, &p, gateway).await
+            } else {
+                None
+            },
+        }),
+        None => None,
+    };
+    DeploymentFacts {
+        present: deployment.is_some(),
+        intermediate: intermediate.iter().any(|d| d == name),
+        marked_for_deletion: deployment.as_deref().is_some_and(is_marked_for_deletion),
+        pod,
     }
 }
 
