@@ -314,7 +314,14 @@ impl Target {
         .iter()
         .find_map(|(s, op)| text.strip_prefix(s).map(|rest| (Some(*op), rest)))
         .unwrap_or((None, text));
-        let (bound, _) = leading_number(rest.trim_start())?;
+        let rest = rest.trim_start();
+        let (bound, len) = leading_number(rest)?;
+        // A time bound is compared in seconds, as the row's value is (see `split_value`).
+        let unit = rest[len..].trim_start();
+        let unit = &unit[..unit
+            .find(|c: char| !c.is_alphabetic())
+            .unwrap_or(unit.len())];
+        let bound = bound * time_scale(unit).unwrap_or(1.0);
         Some(Self { op, bound })
     }
 
@@ -361,18 +368,22 @@ fn leading_number(text: &str) -> Option<(f64, usize)> {
 }
 
 /// `"42.1 MiB"` -> `(42.1, "MiB")`; a duration printed by `{:?}` (`"12.30ms"`) -> seconds.
+/// Seconds per `unit`, for the units smaller than a second that rows are written in.
+fn time_scale(unit: &str) -> Option<f64> {
+    match unit {
+        "ns" => Some(1e-9),
+        "µs" | "us" => Some(1e-6),
+        "ms" => Some(1e-3),
+        _ => None,
+    }
+}
+
 fn split_value(text: &str) -> (f64, String) {
     let Some((number, len)) = leading_number(text.trim()) else {
         return (f64::NAN, text.to_string());
     };
     let unit = text.trim()[len..].trim().to_string();
-    let scale = match unit.as_str() {
-        "ns" => Some(1e-9),
-        "µs" | "us" => Some(1e-6),
-        "ms" => Some(1e-3),
-        _ => None,
-    };
-    match scale {
+    match time_scale(&unit) {
         Some(scale) => (number * scale, "s".to_string()),
         None => (number, unit),
     }
@@ -381,6 +392,17 @@ fn split_value(text: &str) -> (f64, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_time_target_is_compared_in_the_units_of_the_value() {
+        let mut report = Report::new("t");
+        report.row("cpu", "14.0 ms", "target <= 7 ms: half of before");
+        report.row("cpu", "6.5 ms", "target <= 7 ms");
+        report.row("cpu", "6.5 ms", "target <= 5000 us");
+        let met: Vec<_> = report.rows.iter().map(|r| r.met).collect();
+        assert_eq!(met, [Some(false), Some(true), Some(false)]);
+        assert_eq!(report.rows[0].value, 0.014);
+    }
 
     #[test]
     fn a_ratio_row_is_checked_against_its_target() {
