@@ -12,15 +12,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use capstan_scenarios::slice::{
-    CLIENT_AFTER, CLIENT_BEFORE, CLIENT_WRITES, HUB_NS, SERVER_AFTER, SERVER_BEFORE, SERVER_WRITES,
-    Testbed, WAIT, Worker, block_writes, deployments_created, failed_writes, gateway_nsm_ip,
-    route_present, set_unavailable, use_kubeslice_controller_crd,
+    CLIENT_AFTER, CLIENT_BEFORE, CLIENT_WRITES, SERVER_AFTER, SERVER_BEFORE, SERVER_WRITES,
+    Testbed, WAIT, Worker, announced, block_writes, deployments_created, events_on_hub,
+    failed_writes, gateway_nsm_ip, route_present, set_unavailable, use_kubeslice_controller_crd,
 };
 use capstan_testkit::eventually;
 use capstan_testkit::process::{BinaryUnderTest, http_get};
 use futures::StreamExt;
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube_sim::faults::{ErrorRule, FaultConfig};
 use nix::sys::signal::Signal;
@@ -192,14 +190,6 @@ async fn ended_creating_each_gateway_once(
     );
 }
 
-async fn events_on_hub(bed: &Testbed) -> Vec<Event> {
-    let api: Api<Event> = Api::namespaced(bed.hub.client.clone(), HUB_NS);
-    api.list(&ListParams::default())
-        .await
-        .expect("events")
-        .items
-}
-
 async fn kill_9(bin: &mut BinaryUnderTest) {
     bin.signal(Signal::SIGKILL).expect("kill -9");
     let _ = bin.wait_exit(Duration::from_secs(10)).await;
@@ -262,7 +252,7 @@ async fn a_recycle_moves_both_routers_to_the_new_gateways_without_a_gap() {
 
     // Each Event follows its state write, so the last one may arrive after `end` is seen.
     let reasons = eventually("the three reference Events", WAIT, || async {
-        let reasons: BTreeSet<String> = events_on_hub(&bed)
+        let reasons: BTreeSet<String> = events_on_hub(&bed.hub)
             .await
             .into_iter()
             .filter_map(|e| e.reason)
@@ -484,7 +474,7 @@ async fn a_condition_that_never_comes_ends_in_error_state_with_a_warning() {
         condition.message
     );
     let warning = eventually("a Warning Event", WAIT, || async {
-        events_on_hub(&bed)
+        events_on_hub(&bed.hub)
             .await
             .into_iter()
             .find(|e| e.type_.as_deref() == Some("Warning"))
@@ -573,17 +563,6 @@ async fn a_recycle_ends_despite_write_errors_and_cut_watches() {
     recycled(&bed, &old).await;
 }
 
-/// How many times the hub's Events announced `reason`: an Event repeated by the kube recorder
-/// is one object with a series count.
-async fn announced(bed: &Testbed, reason: &str) -> i32 {
-    events_on_hub(bed)
-        .await
-        .iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
-        .sum()
-}
-
 /// On a hub with kubeslice-controller's CRD (no `status.conditions`, pruned on every write) a
 /// failed recycle keeps its reason in the annotation and is announced by one Warning, not one
 /// per pass.
@@ -593,12 +572,12 @@ async fn a_failed_recycle_on_kubeslice_controllers_crd_is_announced_once() {
     use_kubeslice_controller_crd(&bed.hub).await;
     let (_server, _) = fail_without_client(&bed).await;
     eventually("the failure announced", WAIT, || async {
-        (announced(&bed, "FSMErrorState").await >= 1).then_some(())
+        (announced(&bed.hub, "FSMErrorState").await >= 1).then_some(())
     })
     .await;
     // Several step timeouts and passes later: still one Warning.
     tokio::time::sleep(Duration::from_secs(6)).await;
-    assert_eq!(announced(&bed, "FSMErrorState").await, 1);
+    assert_eq!(announced(&bed.hub, "FSMErrorState").await, 1);
     let cr = bed.recycle().await.expect("recycle");
     assert_eq!(cr.state().as_str(), "error_state");
     let why = cr
@@ -632,7 +611,7 @@ async fn a_recycle_on_kubeslice_controllers_crd_ends_at_exactly_the_new_gateways
     );
     bed.wait_state("end").await;
     recycled(&bed, &old).await;
-    assert_eq!(announced(&bed, "FSMErrorState").await, 0);
+    assert_eq!(announced(&bed.hub, "FSMErrorState").await, 0);
 }
 
 /// A sick old gateway on each side: its sidecar stops answering before the recycle. The NSM IP

@@ -22,6 +22,7 @@ use capstan_testkit::process::{BinaryUnderTest, http_get, http_put_json};
 use capstan_testkit_sim::{SimCluster, wait_ready};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube_sim::Config;
 use kube_sim::faults::{ErrorRule, FaultConfig};
@@ -580,6 +581,26 @@ pub async fn set_tunnel_down(pod_ip: &str, down: bool) {
         status["tunnel"]["down"] = serde_json::Value::Bool(down);
     })
     .await;
+}
+
+/// The Events in the hub's project namespace (where gw-recycler announces a recycle's steps).
+pub async fn events_on_hub(hub: &SimCluster) -> Vec<Event> {
+    let api: Api<Event> = Api::namespaced(hub.client.clone(), HUB_NS);
+    api.list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+}
+
+/// How many times the hub's Events announced `reason`: an Event repeated by the kube recorder
+/// is one object with a series count.
+pub async fn announced(hub: &SimCluster, reason: &str) -> i32 {
+    events_on_hub(hub)
+        .await
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum()
 }
 
 /// Plays the VPN: the tunnel of the memory gw-sidecar at `pod_ip` reaches the gateway pod at
