@@ -77,14 +77,7 @@ impl Paired {
         set_tunnel_peer(&server_1_ip, &client_0_ip).await;
         eventually("the server pods' peers published", WAIT, || async {
             let gateway = gateways.get(SERVER_GW).await.ok()?;
-            let peer = |pod: &str| {
-                gateway
-                    .gateway_pods()
-                    .iter()
-                    .find(|i| i.pod_name.as_deref() == Some(pod))
-                    .and_then(|i| i.peer_pod_name.clone())
-            };
-            (peer(&server_0).as_deref() == Some(client_1.as_str())
+            (gateway.peer_of(&server_0) == Some(client_1.as_str())
                 && gateway.gateway_pods().len() == 2
                 && gateway
                     .gateway_pods()
@@ -207,18 +200,14 @@ async fn a_failed_rebalancing_recycle_is_held_for_its_retention_then_retried_onc
     let pair = retried.spec.gw_pair.clone().expect("gwPair");
     assert_eq!(pair.client_id.as_deref(), Some("red-b-a-1-0"));
     assert_ne!(retried.state(), State::Error);
-    let created_after = retried
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0)
-        .expect("created");
-    let failed_at = failed
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0)
-        .expect("created");
+    let created = |cr: &WorkerSliceGwRecycler| {
+        cr.metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .expect("created")
+    };
+    let (failed_at, created_after) = (created(&failed), created(&retried));
     assert!(
         created_after.duration_since(failed_at).as_secs() >= RETENTION_SECS as i64 - 1,
         "retried only after the retention: failed at {failed_at}, retried at {created_after}"

@@ -335,6 +335,15 @@ impl SliceGateway {
             .iter()
             .find(|p| p.pod_name.as_deref() == Some(name) && p.pod_ip.as_deref() == Some(ip))
     }
+
+    /// The `peerPodName` published for gateway pod `pod` (`None`: not named yet, or empty).
+    pub fn peer_of(&self, pod: &str) -> Option<&str> {
+        self.gateway_pods()
+            .iter()
+            .find(|p| p.pod_name.as_deref() == Some(pod))
+            .and_then(|p| p.peer_pod_name.as_deref())
+            .filter(|peer| !peer.is_empty())
+    }
 }
 
 #[cfg(test)]
@@ -386,6 +395,9 @@ mod tests {
         assert!(pods[1].tunnel_up(), "absent Status is 0, UP");
         assert_eq!(pods[0].nsm_ip(), Some("192.168.0.1"));
         assert_eq!(pods[1].nsm_ip(), None);
+        assert_eq!(gw.peer_of("gw-0"), Some("peer-0"));
+        assert_eq!(gw.peer_of("gw-1"), None, "no peerPodName");
+        assert_eq!(gw.peer_of("gw-9"), None, "no such pod");
     }
 
     #[test]

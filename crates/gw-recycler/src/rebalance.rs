@@ -34,14 +34,6 @@ pub fn observe(world: &World, gateway: &SliceGateway, remote: &str) -> Rebalance
             .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true))
             .count()
     });
-    let peer_of = |pod: &str| {
-        gateway
-            .gateway_pods()
-            .iter()
-            .find(|info| info.pod_name.as_deref() == Some(pod))
-            .and_then(|info| info.peer_pod_name.clone())
-            .filter(|peer| !peer.is_empty())
-    };
     let pods = world
         .gateway_pods(&name)
         .iter()
@@ -49,7 +41,7 @@ pub fn observe(world: &World, gateway: &SliceGateway, remote: &str) -> Rebalance
             Some(PodPlacement {
                 deployment: label(pod.as_ref(), LABEL_SLICE_GW_DEP)?.to_owned(),
                 node: pod.spec.as_ref()?.node_name.clone().unwrap_or_default(),
-                peer_pod: peer_of(&pod.name_any()),
+                peer_pod: gateway.peer_of(&pod.name_any()).map(str::to_owned),
             })
         })
         .collect();
