@@ -562,19 +562,10 @@ impl GatewayReconciler {
         status: &GwPodStatus,
         known: KnownPeer,
     ) -> Option<String> {
-        if let Some(last) = &known.last
-            && last.peer.is_some()
-            && tunnel_remote(&last.status) == tunnel_remote(status)
-        {
-            return last.peer.clone();
+        if let Some(peer) = known.standing(status) {
+            return Some(peer);
         }
-        let fallback = || {
-            known
-                .last
-                .as_ref()
-                .and_then(|a| a.peer.clone())
-                .or(known.published.clone())
-        };
+        let fallback = || known.last_known();
         match self.sidecars.peer_pod_name(ip, remote_vpn_ip).await {
             Ok(name) if !name.is_empty() => Some(name),
             Ok(_) => fallback(),
@@ -591,6 +582,27 @@ impl GatewayReconciler {
 struct KnownPeer {
     last: Option<Answer>,
     published: Option<String>,
+}
+
+impl KnownPeer {
+    /// The peer that stands without asking, for a sidecar that now answers `status`: the last
+    /// answer's, while its tunnel reaches the same remote IP (the last answer is of this
+    /// incarnation and was complete, so the tunnel has not been DOWN since).
+    fn standing(&self, status: &GwPodStatus) -> Option<String> {
+        let last = self.last.as_ref()?;
+        (tunnel_remote(&last.status) == tunnel_remote(status))
+            .then(|| last.peer.clone())
+            .flatten()
+    }
+
+    /// What stands when the sidecar does not name a peer: the last one it named in this
+    /// incarnation, else the published one.
+    fn last_known(&self) -> Option<String> {
+        self.last
+            .as_ref()
+            .and_then(|a| a.peer.clone())
+            .or_else(|| self.published.clone())
+    }
 }
 
 #[cfg(test)]
@@ -706,6 +718,44 @@ mod tests {
             after.incomplete(&known, "gw-0", "uid-1/0", later),
             Duration::ZERO
         );
+    }
+
+    #[test]
+    fn a_peer_stands_while_the_tunnel_reaches_the_same_remote_ip() {
+        let now = Instant::now();
+        let with_remote = |remote: &str| {
+            let mut a = answer("10.1.1.1", TunnelState::Up, now);
+            if let Some(t) = a.status.tunnel_status.as_mut() {
+                t.peer_ip = remote.into();
+            }
+            a
+        };
+        let mut last = with_remote("10.0.0.2");
+        last.peer = Some("red-b-a-1-0-abc-xyz".into());
+        let known = KnownPeer {
+            last: Some(last),
+            published: Some("red-b-a-0-0-old-pod".into()),
+        };
+        assert_eq!(
+            known.standing(&with_remote("10.0.0.2").status).as_deref(),
+            Some("red-b-a-1-0-abc-xyz")
+        );
+        // The tunnel reaches elsewhere now: asked again.
+        assert_eq!(known.standing(&with_remote("10.0.0.9").status), None);
+        // Not answered: the last named stands, else the published one.
+        assert_eq!(known.last_known().as_deref(), Some("red-b-a-1-0-abc-xyz"));
+        let unnamed = KnownPeer {
+            last: Some(with_remote("10.0.0.2")),
+            published: Some("red-b-a-0-0-old-pod".into()),
+        };
+        assert_eq!(unnamed.standing(&with_remote("10.0.0.2").status), None);
+        assert_eq!(unnamed.last_known().as_deref(), Some("red-b-a-0-0-old-pod"));
+        let nothing = KnownPeer {
+            last: None,
+            published: None,
+        };
+        assert_eq!(nothing.standing(&with_remote("10.0.0.2").status), None);
+        assert_eq!(nothing.last_known(), None);
     }
 
     #[test]
