@@ -17,17 +17,10 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use capstan_scenarios::slice::{
-    CLIENT_GW, HUB_NS, NS, SERVER_GW, SLICE, Testbed, WAIT, Worker, add_gateway_node, announced,
-    gateway_pod_nodes, label_gateway_node, set_tunnel_peer,
+    CLIENT_GW, HUB_NS, NS, SERVER_GW, SLICE, Testbed, WAIT, add_gateway_node, announced,
+    gateway_pod_nodes, label_gateway_node, pair_gateways,
 };
 use capstan_testkit::eventually;
-
-async fn pod(worker: &Worker, deployment: &str) -> (String, String) {
-    eventually(&format!("the pod of {deployment}"), WAIT, || {
-        worker.pod_of(deployment)
-    })
-    .await
-}
 
 async fn recyclers(bed: &Testbed) -> Vec<WorkerSliceGwRecycler> {
     bed.recyclers()
@@ -68,13 +61,17 @@ impl Paired {
         let server = bed.server.spawn_recycler(&bed.hub, &args).await;
         let client = bed.client.spawn_recycler(&bed.hub, &[]).await;
 
-        let (server_0, server_0_ip) = pod(&bed.server, "red-a-b-0-0").await;
-        let (_, server_1_ip) = pod(&bed.server, "red-a-b-1-0").await;
-        let (client_0, client_0_ip) = pod(&bed.client, "red-b-a-0-0").await;
-        let (client_1, client_1_ip) = pod(&bed.client, "red-b-a-1-0").await;
-        assert_ne!(client_0, client_1);
-        set_tunnel_peer(&server_0_ip, &client_1_ip).await;
-        set_tunnel_peer(&server_1_ip, &client_0_ip).await;
+        let pairs = pair_gateways(
+            &bed.server.cluster.client,
+            &bed.client.cluster.client,
+            &[
+                ("red-a-b-0-0", "red-b-a-1-0"),
+                ("red-a-b-1-0", "red-b-a-0-0"),
+            ],
+        )
+        .await;
+        let (server_0, client_1) = pairs[0].clone();
+        assert_ne!(pairs[0].1, pairs[1].1);
         eventually("the server pods' peers published", WAIT, || async {
             let gateway = gateways.get(SERVER_GW).await.ok()?;
             (gateway.peer_of(&server_0) == Some(client_1.as_str())

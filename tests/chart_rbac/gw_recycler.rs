@@ -11,7 +11,9 @@ use std::path::Path;
 use capstan_apis::networking::SliceGateway;
 use capstan_apis::worker::WorkerSliceGwRecycler;
 use capstan_gw_recycler::trigger::TriggerArgs;
-use capstan_scenarios::slice::{add_gateway_node, gateway_pod_nodes, label_gateway_node};
+use capstan_scenarios::slice::{
+    add_gateway_node, gateway_pod_nodes, label_gateway_node, pair_gateways,
+};
 use capstan_testkit::kubeslice;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::rbac::v1::RoleBinding;
@@ -381,13 +383,17 @@ async fn gw_recycler_rebalances_on_the_charts_node_grants() {
         "without rebalance the gw-recycler gets no ClusterRole"
     );
 
-    // The server knows its peer (a rebalancing recycle names both gateways).
+    // The server knows its peer gateway and VPN address (a rebalancing recycle names both
+    // gateways, and the pair its sidecar names).
     let gateways: Api<SliceGateway> = Api::namespaced(server.cluster.client.clone(), GW_NS);
-    let remote = json!({"status": {"config": {"sliceGatewayRemoteGatewayId": CLIENT_GW}}});
+    let remote = json!({"status": {"config": {
+        "sliceGatewayRemoteGatewayId": CLIENT_GW,
+        "sliceGatewayRemoteVpnIp": "10.0.0.2",
+    }}});
     gateways
         .patch_status(SERVER_GW, &PatchParams::default(), &Patch::Merge(&remote))
         .await
-        .expect("remote gateway id");
+        .expect("remote gateway id and VPN IP");
     let hub_server = hub.service_account_kubeconfig(HUB_NS, HUB_SERVER).await;
     let hub_client = hub.service_account_kubeconfig(HUB_NS, HUB_CLIENT).await;
     let fast = ["--drain-delay=0s", "--step-timeout=30s"];
@@ -400,6 +406,17 @@ async fn gw_recycler_rebalances_on_the_charts_node_grants() {
             client_bin.output().join("\n")
         )
     };
+
+    // Each server pod's tunnel reaches the client pod of its instance.
+    pair_gateways(
+        &server.cluster.client,
+        &client.cluster.client,
+        &[
+            ("red-a-b-0-0", "red-b-a-0-0"),
+            ("red-a-b-1-0", "red-b-a-1-0"),
+        ],
+    )
+    .await;
 
     // Both gateway pods run on kube-sim's one node; it and a second node become gateway nodes,
     // so the first holds 2 > ceil(2/2) pods.

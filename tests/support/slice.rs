@@ -195,27 +195,6 @@ impl Worker {
             .collect()
     }
 
-    /// The name and IP of the one live pod of gateway deployment `deployment`, once it has an IP.
-    pub async fn pod_of(&self, deployment: &str) -> Option<(String, String)> {
-        let list = self
-            .pods()
-            .list(&ListParams::default().labels(&format!("kubeslice.io/slice-gw-dep={deployment}")))
-            .await
-            .ok()?;
-        let live: Vec<_> = list
-            .items
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect();
-        match live.as_slice() {
-            [pod] => Some((
-                pod.metadata.name.clone()?,
-                pod.status.as_ref()?.pod_ip.clone()?,
-            )),
-            _ => None,
-        }
-    }
-
     /// The NSM IPs the gateway sidecars of `deployment` report (`GetStatus`).
     pub async fn nsm_ips_of(&self, deployment: &str) -> BTreeSet<String> {
         let mut out = BTreeSet::new();
@@ -604,12 +583,62 @@ pub async fn announced(hub: &SimCluster, reason: &str) -> i32 {
 }
 
 /// Plays the VPN: the tunnel of the memory gw-sidecar at `pod_ip` reaches the gateway pod at
-/// `peer_ip`, whose sidecar `GetSliceGwRemotePodName` then asks.
+/// `peer_ip` (reported as the tunnel's peer, and where `GetSliceGwRemotePodName` asks).
 pub async fn set_tunnel_peer(pod_ip: &str, peer_ip: &str) {
     edit_sidecar_status(pod_ip, |status| {
-        status["tunnel"]["peerIP"] = serde_json::Value::String(peer_ip.to_owned());
+        let peer = serde_json::Value::String(peer_ip.to_owned());
+        status["tunnel"]["peerIP"] = peer.clone();
+        status["peerAddress"] = peer;
     })
     .await;
+}
+
+/// The name and IP of the one live pod of gateway deployment `deployment` in [`NS`], once it has
+/// an IP.
+pub async fn gateway_pod(client: &kube::Client, deployment: &str) -> Option<(String, String)> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let list = pods
+        .list(&ListParams::default().labels(&format!("kubeslice.io/slice-gw-dep={deployment}")))
+        .await
+        .ok()?;
+    let live: Vec<_> = list
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    match live.as_slice() {
+        [pod] => Some((
+            pod.metadata.name.clone()?,
+            pod.status.as_ref()?.pod_ip.clone()?,
+        )),
+        _ => None,
+    }
+}
+
+/// Plays the VPN between two workers: for each `(server deployment, client deployment)`, the
+/// server pod's tunnel reaches that client pod. Returns the pods' names, pair by pair.
+pub async fn pair_gateways(
+    server: &kube::Client,
+    client: &kube::Client,
+    pairs: &[(&str, &str)],
+) -> Vec<(String, String)> {
+    let pod = |cluster: &kube::Client, deployment: &str| {
+        let (cluster, deployment) = (cluster.clone(), deployment.to_owned());
+        async move {
+            eventually(&format!("the pod of {deployment}"), WAIT, || {
+                gateway_pod(&cluster, &deployment)
+            })
+            .await
+        }
+    };
+    let mut names = Vec::new();
+    for (server_dep, client_dep) in pairs {
+        let (server_pod, server_ip) = pod(server, server_dep).await;
+        let (client_pod, client_ip) = pod(client, client_dep).await;
+        set_tunnel_peer(&server_ip, &client_ip).await;
+        names.push((server_pod, client_pod));
+    }
+    names
 }
 
 /// Makes the memory gw-sidecar at `pod_ip` fail `GetStatus` with UNAVAILABLE (or answer again).

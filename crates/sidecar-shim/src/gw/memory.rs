@@ -29,6 +29,10 @@ pub struct MemoryGwStatus {
     /// `GetStatus` fails with UNAVAILABLE, as a sidecar that is restarting or overloaded does
     /// (for tests of what its callers do then).
     pub unavailable: bool,
+    /// Where `GetSliceGwRemotePodName` reaches the peer gateway's sidecar ("": at the VPN IP it
+    /// is asked for). Memory gateways share no tunnel: a test or the demo playing the VPN says
+    /// which peer this pod's tunnel reaches.
+    pub peer_address: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,12 +176,12 @@ impl GwBackend for MemoryGw {
         })
     }
 
-    /// The tunnel's peer IP when it has one: memory gateways share no tunnel, so the peer IP set
-    /// for this pod's tunnel (by a test or the demo playing the VPN) is where its peer answers.
+    /// [`MemoryGwStatus::peer_address`] when set, else the VPN IP itself.
     async fn peer_address(&self, remote_vpn_ip: IpAddr) -> IpAddr {
-        let tunnel = self.lock().status.tunnel.clone();
-        tunnel
-            .and_then(|t| t.peer_ip.parse().ok())
+        self.lock()
+            .status
+            .peer_address
+            .parse()
             .unwrap_or(remote_vpn_ip)
     }
 
@@ -232,13 +236,19 @@ mod tests {
     async fn the_peer_answers_where_the_tunnel_reaches() {
         let vpn_ip: IpAddr = "10.9.0.2".parse().expect("ip");
         let gw = MemoryGw::new(MemoryGwStatus::default());
-        // No tunnel: the VPN IP itself.
+        // No peer address: the VPN IP itself.
         assert_eq!(gw.peer_address(vpn_ip).await, vpn_ip);
+        // A tunnel's peer IP is only reported (KubeSlice's is the VPN address).
         gw.set_status(MemoryGwStatus {
             tunnel: Some(MemoryTunnel {
-                peer_ip: "127.7.0.5".into(),
+                peer_ip: "10.8.0.2".into(),
                 ..MemoryTunnel::default()
             }),
+            ..MemoryGwStatus::default()
+        });
+        assert_eq!(gw.peer_address(vpn_ip).await, vpn_ip);
+        gw.set_status(MemoryGwStatus {
+            peer_address: "127.7.0.5".into(),
             ..MemoryGwStatus::default()
         });
         assert_eq!(

@@ -123,7 +123,7 @@ pub trait GwBackend: Send + Sync + 'static {
     async fn apply_qos(&self, profile: &SliceQosProfile) -> Result<(), BackendError>;
     /// Where the peer gateway's sidecar answers, asked for the remote VPN IP: that IP itself
     /// through the kernel's tunnel (every instance's tunnel has the same remote VPN IP and
-    /// reaches its own peer).
+    /// reaches its own peer); the memory backend may say otherwise.
     async fn peer_address(&self, remote_vpn_ip: IpAddr) -> IpAddr {
         remote_vpn_ip
     }
