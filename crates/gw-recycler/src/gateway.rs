@@ -2,6 +2,17 @@
 //! intermediate deployment a recycle asked for, marked deployments deleted (never an instance's
 //! only one), `status.gatewayPodStatus` from each Running gateway pod's sidecar, and the slice
 //! router's next hops pushed from that status.
+//!
+//! Facts of KubeSlice's worker-operator this follows (`ReconcileGwPodStatus`): each Running
+//! gateway pod's sidecar is asked `GetStatus`, then `GetSliceGwRemotePodName` with the
+//! SliceGateway's `status.config.sliceGatewayRemoteVpnIp`; the gateway sidecar dials that VPN IP
+//! (port 5000) through its own tunnel and returns the remote sidecar's `GetStatus`, whose
+//! `gatewayPodName` is published as the pod's `peerPodName` (empty when the call fails). Its
+//! recycler reads a deployment's NSM IPs from `gatewayPodStatus`, and its rebalancing names the
+//! client deployment from `peerPodName`. **Decisions**: the peer is asked once per tunnel (while
+//! the tunnel stays UP to the same remote IP the last name stands) and the last known name stands
+//! when the sidecar does not answer; a pod without `peerPodName` still gets router traffic (see
+//! `gw_recycler_core::nexthop`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
