@@ -13,12 +13,11 @@ use capstan_gw_recycler::trigger::new_recycler;
 use capstan_testkit::process::BinaryUnderTest;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use serde_json::json;
+use kube::api::{Api, ListParams, PostParams};
 
 use capstan_scenarios::slice::{
     CLIENT_GW, HUB_NS, NS, SERVER_GW, SLICE, Testbed, WAIT, add_gateway_node, announced,
-    gateway_pod_nodes, label_gateway_node, pair_gateways,
+    configure_remote, gateway_pod_nodes, label_gateway_node, pair_gateways,
 };
 use capstan_testkit::eventually;
 
@@ -44,16 +43,7 @@ impl Paired {
     async fn start(octet: u8, extra: &[&str]) -> Self {
         let bed = Testbed::start(octet).await;
         let gateways: Api<SliceGateway> = Api::namespaced(bed.server.cluster.client.clone(), NS);
-        // As kubeslice-controller configures it; the memory sidecars reach their peers through
-        // the tunnel peer IPs set below, not this address.
-        let remote = json!({"status": {"config": {
-            "sliceGatewayRemoteGatewayId": CLIENT_GW,
-            "sliceGatewayRemoteVpnIp": "10.0.0.2",
-        }}});
-        gateways
-            .patch_status(SERVER_GW, &PatchParams::default(), &Patch::Merge(&remote))
-            .await
-            .expect("remote gateway id and VPN IP");
+        configure_remote(&bed.server.cluster.client).await;
         let args: Vec<&str> = ["--rebalance"]
             .into_iter()
             .chain(extra.iter().copied())

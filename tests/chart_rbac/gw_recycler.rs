@@ -12,7 +12,7 @@ use capstan_apis::networking::SliceGateway;
 use capstan_apis::worker::WorkerSliceGwRecycler;
 use capstan_gw_recycler::trigger::TriggerArgs;
 use capstan_scenarios::slice::{
-    add_gateway_node, gateway_pod_nodes, label_gateway_node, pair_gateways,
+    add_gateway_node, configure_remote, gateway_pod_nodes, label_gateway_node, pair_gateways,
 };
 use capstan_testkit::kubeslice;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -385,15 +385,7 @@ async fn gw_recycler_rebalances_on_the_charts_node_grants() {
 
     // The server knows its peer gateway and VPN address (a rebalancing recycle names both
     // gateways, and the pair its sidecar names).
-    let gateways: Api<SliceGateway> = Api::namespaced(server.cluster.client.clone(), GW_NS);
-    let remote = json!({"status": {"config": {
-        "sliceGatewayRemoteGatewayId": CLIENT_GW,
-        "sliceGatewayRemoteVpnIp": "10.0.0.2",
-    }}});
-    gateways
-        .patch_status(SERVER_GW, &PatchParams::default(), &Patch::Merge(&remote))
-        .await
-        .expect("remote gateway id and VPN IP");
+    configure_remote(&server.cluster.client).await;
     let hub_server = hub.service_account_kubeconfig(HUB_NS, HUB_SERVER).await;
     let hub_client = hub.service_account_kubeconfig(HUB_NS, HUB_CLIENT).await;
     let fast = ["--drain-delay=0s", "--step-timeout=30s"];

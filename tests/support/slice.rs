@@ -615,6 +615,22 @@ pub async fn gateway_pod(client: &kube::Client, deployment: &str) -> Option<(Str
     }
 }
 
+/// Gives the server worker's SliceGateway its peer gateway and remote VPN IP, as
+/// kubeslice-controller configures them (rebalancing names the client gateway, and its gateway
+/// sidecars are asked their peers at that IP; memory sidecars answer through the peer addresses
+/// [`pair_gateways`] sets instead).
+pub async fn configure_remote(server: &kube::Client) {
+    let gateways: Api<SliceGateway> = Api::namespaced(server.clone(), NS);
+    let remote = serde_json::json!({"status": {"config": {
+        "sliceGatewayRemoteGatewayId": CLIENT_GW,
+        "sliceGatewayRemoteVpnIp": "10.0.0.2",
+    }}});
+    gateways
+        .patch_status(SERVER_GW, &PatchParams::default(), &Patch::Merge(&remote))
+        .await
+        .expect("remote gateway id and VPN IP");
+}
+
 /// Plays the VPN between two workers: for each `(server deployment, client deployment)`, the
 /// server pod's tunnel reaches that client pod. Returns the pods' names, pair by pair.
 pub async fn pair_gateways(
