@@ -15,7 +15,7 @@ use crate::Timestamp;
 use crate::naming::deployment_of_pod;
 
 /// Where one Running gateway pod of the SliceGateway runs, and who its peer is.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodPlacement {
     /// The pod's gateway deployment (`<slicegw>-<instance>-<generation>`).
     pub deployment: String,

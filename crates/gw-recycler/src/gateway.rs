@@ -231,14 +231,14 @@ impl GatewayReconciler {
 
     /// One pass over `gateway`. The router's next hops go out before `gatewayPodStatus` is
     /// written: the router is the data path, the status only records what the sidecars reported.
-    /// No watch event announces a route, so `on_pushed` tells the recycles, which read both, once
+    /// No watch event announces a route, so `on_changed` tells the recycles, which read both, once
     /// the push and the status write (when either changed) are out.
-    #[tracing::instrument(skip(self, world, gateway, on_pushed), fields(gateway = gateway.metadata.name.as_deref().unwrap_or_default()))]
+    #[tracing::instrument(skip(self, world, gateway, on_changed), fields(gateway = gateway.metadata.name.as_deref().unwrap_or_default()))]
     pub async fn reconcile(
         &self,
         world: &World,
         gateway: &SliceGateway,
-        on_pushed: impl FnOnce(),
+        on_changed: impl FnOnce(),
     ) -> Result<Pass, ReconcileError> {
         let name = gateway.metadata.name.clone().unwrap_or_default();
         let Some(slice) = slice_of(gateway) else {
@@ -278,7 +278,7 @@ impl GatewayReconciler {
         }
         // The recycles read the NSM IPs published here too: told once both are out.
         if published || matches!(pushed, Ok(true)) {
-            on_pushed();
+            on_changed();
         }
         pushed?;
         Ok(Pass {
@@ -457,27 +457,25 @@ impl GatewayReconciler {
             .config()
             .and_then(|c| c.slice_gateway_remote_vpn_ip.as_deref())
             .filter(|ip| !ip.is_empty());
-        let replies = futures::future::join_all(pods.iter().map(|(name, ip, incarnation)| {
-            let standing = name
-                .as_deref()
-                .and_then(|name| known.standing(name, incarnation, ip, now))
-                .cloned();
-            let peer = KnownPeer {
-                last: name
-                    .as_deref()
-                    .and_then(|name| known.last_good(name, incarnation, ip))
-                    .cloned(),
-                published: name
-                    .as_deref()
-                    .and_then(|name| gateway.published_pod(name, ip))
-                    .and_then(|info| info.peer_pod_name.clone())
-                    .filter(|peer| !peer.is_empty()),
-            };
+        let known_ref = &known;
+        let replies = futures::future::join_all(pods.iter().map(|(pod, ip, incarnation)| {
+            let pod = pod.as_deref();
             async move {
-                match standing {
-                    Some(answer) => Ok(answer),
-                    None => self.ask(ip, incarnation, remote_vpn_ip, peer).await,
+                if let Some(answer) =
+                    pod.and_then(|pod| known_ref.standing(pod, incarnation, ip, now))
+                {
+                    return Ok(answer.clone());
                 }
+                let peer = KnownPeer {
+                    last: pod
+                        .and_then(|pod| known_ref.last_good(pod, incarnation, ip))
+                        .cloned(),
+                    published: pod
+                        .and_then(|pod| gateway.published_pod(pod, ip))
+                        .and_then(|info| info.peer_pod_name.clone())
+                        .filter(|peer| !peer.is_empty()),
+                };
+                self.ask(ip, incarnation, remote_vpn_ip, peer).await
             }
         }))
         .await;

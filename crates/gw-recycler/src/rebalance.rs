@@ -68,24 +68,21 @@ pub async fn reconcile(
         gateway: name.clone(),
         field,
     };
-    let Some(remote) = gateway
+    let remote = gateway
         .config()
         .and_then(|c| c.slice_gateway_remote_gateway_id.clone())
-        .filter(|r| !r.is_empty())
-    else {
+        .filter(|r| !r.is_empty());
+    let decision =
+        pick_pair_to_rebalance(&observe(world, gateway, remote.as_deref().unwrap_or("")));
+    let (deployment, client, remote) = match (decision, remote) {
+        (Rebalance::Stay, _) => return Ok(()),
         // Without it no peer can be told apart; a pair to recycle needs one.
-        if pick_pair_to_rebalance(&observe(world, gateway, "")) != Rebalance::Stay {
-            return Err(field("status.config.sliceGatewayRemoteGatewayId"));
-        }
-        return Ok(());
-    };
-    let (deployment, client) = match pick_pair_to_rebalance(&observe(world, gateway, &remote)) {
-        Rebalance::Stay => return Ok(()),
-        Rebalance::PeerUnknown { node } => {
+        (_, None) => return Err(field("status.config.sliceGatewayRemoteGatewayId")),
+        (Rebalance::PeerUnknown { node }, Some(_)) => {
             tracing::debug!(%node, "rebalancing: the node holds more than its share, but no gateway pod there has a peerPodName yet (its sidecar's GetSliceGwRemotePodName)");
             return Ok(());
         }
-        Rebalance::Recycle { server, client } => (server, client),
+        (Rebalance::Recycle { server, client }, Some(remote)) => (server, client, remote),
     };
     let slice = slice_of(gateway).ok_or_else(|| field("slice name"))?;
     let cr = new_recycler(

@@ -186,8 +186,8 @@ impl Recycler {
     }
 
     /// The facts of the local side: deployments from the caches, NSM IPs as the SliceGateway
-    /// publishes them (or their sidecars, before that), and routes from the router sidecar, of the gateways `probes` names (the
-    /// rest no decision at this step reads).
+    /// publishes them (or their sidecars, before that), and routes from the router sidecar, of
+    /// the gateways `probes` names (the rest no decision at this step reads).
     async fn observe(&self, world: &World, gateway: &str, old: &str, probes: Probes) -> SideFacts {
         let new = next_deployment_name(old);
         let gw = world.gateway(gateway);
@@ -195,21 +195,12 @@ impl Recycler {
             .as_ref()
             .map(|g| g.intermediate_deployments().to_vec())
             .unwrap_or_default();
-        let (gw_ref, sidecars) = (gw.as_deref(), &self.sidecars);
         // Independent, each at most one gRPC round trip: made at once.
         let (old_facts, new_facts) = futures::join!(
-            deployment_facts(
-                sidecars,
+            self.deployment_facts(world, gw.as_deref(), old, &intermediate, probes.old_gateway),
+            self.deployment_facts(
                 world,
-                gw_ref,
-                old,
-                &intermediate,
-                probes.old_gateway
-            ),
-            deployment_facts(
-                sidecars,
-                world,
-                gw_ref,
+                gw.as_deref(),
                 &new,
                 &intermediate,
                 probes.new_gateway
@@ -232,6 +223,36 @@ impl Recycler {
             new: new_facts,
             route_via_new,
             route_via_old,
+        }
+    }
+
+    /// One deployment's facts: from the caches, and (when `probe`) its pod's NSM IP (see
+    /// [`nsm_ip_of`]).
+    async fn deployment_facts(
+        &self,
+        world: &World,
+        gateway: Option<&SliceGateway>,
+        name: &str,
+        intermediate: &[String],
+        probe: bool,
+    ) -> DeploymentFacts {
+        let deployment = world.deployment(name);
+        let pod = match world.deployment_pods(name).into_iter().next() {
+            Some(p) => Some(PodFacts {
+                excluded: is_excluded(&p),
+                nsm_ip: if probe {
+                    nsm_ip_of(&self.sidecars, &p, gateway).await
+                } else {
+                    None
+                },
+            }),
+            None => None,
+        };
+        DeploymentFacts {
+            present: deployment.is_some(),
+            intermediate: intermediate.iter().any(|d| d == name),
+            marked_for_deletion: deployment.as_deref().is_some_and(is_marked_for_deletion),
+            pod,
         }
     }
 
@@ -593,36 +614,6 @@ impl Recycler {
         if let Err(error) = self.recorder.publish(&event, &reference).await {
             tracing::warn!(%error, reason, "event not published");
         }
-    }
-}
-
-/// One deployment's facts: from the caches, and (when `probe`) its pod's NSM IP (see
-/// [`nsm_ip_of`]).
-async fn deployment_facts(
-    sidecars: &Sidecars,
-    world: &World,
-    gateway: Option<&SliceGateway>,
-    name: &str,
-    intermediate: &[String],
-    probe: bool,
-) -> DeploymentFacts {
-    let deployment = world.deployment(name);
-    let pod = match world.deployment_pods(name).into_iter().next() {
-        Some(p) => Some(PodFacts {
-            excluded: is_excluded(&p),
-            nsm_ip: if probe {
-                nsm_ip_of(sidecars, &p, gateway).await
-            } else {
-                None
-            },
-        }),
-        None => None,
-    };
-    DeploymentFacts {
-        present: deployment.is_some(),
-        intermediate: intermediate.iter().any(|d| d == name),
-        marked_for_deletion: deployment.as_deref().is_some_and(is_marked_for_deletion),
-        pod,
     }
 }
 
