@@ -16,10 +16,12 @@ use capstan_apis::worker::{
 };
 use futures::StreamExt;
 use gw_recycler_core::State;
-use gw_recycler_core::naming::deployment_name;
+use gw_recycler_core::naming::{deployment_name, next_deployment_name};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
+
+use crate::recycler::state_since;
 
 /// Start a recycle of one gateway pair.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
@@ -42,12 +44,14 @@ pub struct TriggerArgs {
     /// Gateway instance to recycle.
     #[arg(long, default_value_t = 0)]
     pub instance: u32,
-    /// The current server deployment (default `<server-gateway>-<instance>-0`; after a recycle
-    /// the generation is 1, and a recycle naming one that no longer exists waits in `init`
-    /// and then fails saying so).
+    /// The current server deployment (default: the successor of the one the newest finished
+    /// recycle of this instance on the hub replaced, else `<server-gateway>-<instance>-0`. Once
+    /// finished recycles are gone after their retention, name it: a recycle naming a deployment
+    /// that no longer exists waits in `init` and then fails saying so).
     #[arg(long)]
     pub server_deployment: Option<String>,
-    /// The current client deployment (default `<client-gateway>-<instance>-0`).
+    /// The current client deployment (default: as for the server, the client the newest finished
+    /// recycle created, else `<client-gateway>-<instance>-0`).
     #[arg(long)]
     pub client_deployment: Option<String>,
     /// Follow the recycle to `end` or `error_state` (exit 1 on error).
@@ -156,16 +160,52 @@ impl TriggerError {
     }
 }
 
-/// The CR a trigger creates.
-pub fn recycler_for(args: &TriggerArgs) -> WorkerSliceGwRecycler {
-    let server = args
-        .server_deployment
-        .clone()
-        .unwrap_or_else(|| deployment_name(&args.server_gateway, args.instance, 0));
-    let client = args
-        .client_deployment
-        .clone()
-        .unwrap_or_else(|| deployment_name(&args.client_gateway, args.instance, 0));
+/// The deployments the instance's gateways run now, as far as the hub knows: the successors of
+/// the pair the newest finished recycle of this instance replaced (each recycle flips the
+/// generation), else generation 0. Finished recycles are kept for the server's `--retention`.
+fn current_pair(existing: &[WorkerSliceGwRecycler], args: &TriggerArgs) -> (String, String) {
+    let instance_prefix = format!("{}-{}", args.server_gateway, args.instance);
+    let newest = existing
+        .iter()
+        .filter(|cr| cr.state() == State::End)
+        .filter(|cr| cr.spec.slice_gw_server.as_deref() == Some(&args.server_gateway))
+        .filter(|cr| cr.spec.slice_gw_client.as_deref() == Some(&args.client_gateway))
+        .filter_map(|cr| {
+            let pair = cr.spec.gw_pair.as_ref()?;
+            let server = pair.server_id.as_deref()?;
+            let client = pair.client_id.as_deref()?;
+            (server.rsplit_once('-')?.0 == instance_prefix).then_some((cr, server, client))
+        })
+        .max_by_key(|(cr, ..)| state_since(cr));
+    match newest {
+        Some((cr, server, client)) => {
+            let recycled_client = cr
+                .status
+                .as_ref()
+                .and_then(|s| s.client.as_ref())
+                .and_then(|c| c.recycled_client.clone())
+                .filter(|c| !c.is_empty());
+            (
+                next_deployment_name(server),
+                recycled_client.unwrap_or_else(|| next_deployment_name(client)),
+            )
+        }
+        None => (
+            deployment_name(&args.server_gateway, args.instance, 0),
+            deployment_name(&args.client_gateway, args.instance, 0),
+        ),
+    }
+}
+
+/// The CR a trigger creates, given the recycles on the hub: the deployments named, else the
+/// [current pair](current_pair).
+pub fn recycler_for(
+    args: &TriggerArgs,
+    existing: &[WorkerSliceGwRecycler],
+) -> WorkerSliceGwRecycler {
+    let (current_server, current_client) = current_pair(existing, args);
+    let server = args.server_deployment.clone().unwrap_or(current_server);
+    let client = args.client_deployment.clone().unwrap_or(current_client);
     new_recycler(
         &args.hub_namespace,
         &args.slice,
@@ -273,7 +313,7 @@ pub async fn run(args: TriggerArgs) -> Result<(), TriggerError> {
             reason: failure_reason(cr),
         });
     }
-    let cr = recycler_for(&args);
+    let cr = recycler_for(&args, &existing);
     let name = cr.name_any();
     // A finished recycle of the same deployment makes way for the new one: that very object
     // (preconditions), never one a racing trigger created since the list.
@@ -362,6 +402,7 @@ async fn follow(api: &Api<WorkerSliceGwRecycler>, name: &str) -> Result<(), Trig
 #[cfg(test)]
 mod tests {
     use super::*;
+    use capstan_apis::worker::{ClientStatus, WorkerSliceGwRecyclerStatus};
     use clap::Parser;
 
     #[derive(Parser)]
@@ -387,7 +428,7 @@ mod tests {
             "--instance",
             "1",
         ]);
-        let cr = recycler_for(&cli.args);
+        let cr = recycler_for(&cli.args, &[]);
         let v = serde_json::to_value(&cr).expect("json");
         assert_eq!(v["metadata"]["name"], "red-a-b-1-0");
         assert_eq!(v["metadata"]["labels"]["slice_name"], "red");
@@ -409,6 +450,88 @@ mod tests {
         busy.spec.state = Some(State::from("end"));
         assert!(in_progress(&[busy], &cli.args).is_none());
     }
+    /// A finished recycle named `server` (of `client`), in `end` since second `since`; the
+    /// client recorded the deployment it created, if `recycled_client`.
+    fn finished(
+        server: &str,
+        client: &str,
+        since: u32,
+        recycled_client: Option<&str>,
+    ) -> WorkerSliceGwRecycler {
+        let mut cr = new_recycler("kubeslice-p", "red", "red-a-b", "red-b-a", server, client);
+        cr.spec.state = Some(State::End);
+        cr.metadata.annotations = Some(
+            [(
+                crate::recycler::ANNOTATION_STATE_SINCE.to_owned(),
+                format!("2026-12-07T09:00:{since:02}Z"),
+            )]
+            .into(),
+        );
+        cr.status = Some(WorkerSliceGwRecyclerStatus {
+            client: Some(ClientStatus {
+                recycled_client: recycled_client.map(str::to_owned),
+                ..ClientStatus::default()
+            }),
+            ..WorkerSliceGwRecyclerStatus::default()
+        });
+        cr
+    }
+
+    /// The demo's second trigger of the same instance: the hub's finished recycles say which
+    /// generation runs now, so the default names it rather than generation 0.
+    #[test]
+    fn a_trigger_names_the_generation_the_finished_recycles_left() {
+        let mut args = TriggerArgs::new("/hub", "kubeslice-p", "red", "red-a-b", "red-b-a");
+        args.instance = 1;
+        let pair_of = |args: &TriggerArgs, existing: &[WorkerSliceGwRecycler]| {
+            let cr = recycler_for(args, existing);
+            let ids = cr.spec.gw_pair.clone().expect("a pair");
+            (
+                cr.name_any(),
+                ids.server_id.expect("server"),
+                ids.client_id.expect("client"),
+            )
+        };
+        let named = |name: &str, server: &str, client: &str| {
+            (name.to_owned(), server.to_owned(), client.to_owned())
+        };
+        assert_eq!(
+            pair_of(&args, &[]),
+            named("red-a-b-1-0", "red-a-b-1-0", "red-b-a-1-0")
+        );
+        // One recycle finished: its successors run. The client's own record wins over the flip.
+        let first = finished("red-a-b-1-0", "red-b-a-1-0", 10, Some("red-b-a-1-1"));
+        assert_eq!(
+            pair_of(&args, std::slice::from_ref(&first)),
+            named("red-a-b-1-1", "red-a-b-1-1", "red-b-a-1-1")
+        );
+        // A newer one flipped them back (its client recorded nothing: the flip of its client).
+        let second = finished("red-a-b-1-1", "red-b-a-1-1", 20, None);
+        let both = [second, first.clone()];
+        assert_eq!(
+            pair_of(&args, &both),
+            named("red-a-b-1-0", "red-a-b-1-0", "red-b-a-1-0")
+        );
+        // Another instance's, an unfinished one, or another pair's say nothing of instance 1.
+        let other_instance = finished("red-a-b-0-0", "red-b-a-0-0", 30, None);
+        let mut failed = finished("red-a-b-1-0", "red-b-a-1-0", 40, None);
+        failed.spec.state = Some(State::Error);
+        let mut other_pair = finished("red-a-b-1-0", "red-b-a-1-0", 50, None);
+        other_pair.spec.slice_gw_client = Some("red-c-a".into());
+        let noise = [first.clone(), other_instance, failed, other_pair];
+        assert_eq!(
+            pair_of(&args, &noise),
+            named("red-a-b-1-1", "red-a-b-1-1", "red-b-a-1-1")
+        );
+        // Deployments named on the command line win.
+        args.server_deployment = Some("red-a-b-1-0".into());
+        args.client_deployment = Some("red-b-a-1-0".into());
+        assert_eq!(
+            pair_of(&args, &[first]),
+            named("red-a-b-1-0", "red-a-b-1-0", "red-b-a-1-0")
+        );
+    }
+
     #[test]
     fn to_args_parses_back_into_the_same_trigger() {
         #[derive(Parser)]
