@@ -34,6 +34,8 @@ pub fn all() -> Vec<CustomResourceDefinition> {
     vec![
         crd::<machine::MachineClass>(),
         crd::<machine::Machine>(),
+        crd::<machine::MachineSet>(),
+        crd::<machine::MachineDeployment>(),
         crd::<slo::NodeSlo>(),
         crd::<worker::WorkerSliceGwRecycler>(),
         crd::<networking::SliceGateway>(),
@@ -463,6 +465,20 @@ mod tests {
                 true,
             ),
             (
+                "machinesets.machine.sapcloud.io",
+                "MachineSet",
+                "Namespaced",
+                Some(vec!["mcs"]),
+                true,
+            ),
+            (
+                "machinedeployments.machine.sapcloud.io",
+                "MachineDeployment",
+                "Namespaced",
+                Some(vec!["mcd"]),
+                true,
+            ),
+            (
                 "nodeslos.slo.koordinator.sh",
                 "NodeSLO",
                 "Cluster",
@@ -507,6 +523,56 @@ mod tests {
                 status,
                 "{name}"
             );
+        }
+    }
+
+    fn columns(crd: &CustomResourceDefinition) -> Vec<(String, String)> {
+        version(crd)
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| (c.name.clone(), c.json_path.clone()))
+            .collect()
+    }
+
+    fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn sets_and_deployments_have_mcm_columns_and_the_scale_subresource() {
+        let set = find("machinesets.machine.sapcloud.io");
+        assert_eq!(
+            columns(&set),
+            owned(&[
+                ("Desired", ".spec.replicas"),
+                ("Current", ".status.replicas"),
+                ("Ready", ".status.readyReplicas"),
+                ("Age", ".metadata.creationTimestamp"),
+            ])
+        );
+        let deployment = find("machinedeployments.machine.sapcloud.io");
+        assert_eq!(
+            columns(&deployment),
+            owned(&[
+                ("Ready", ".status.readyReplicas"),
+                ("Desired", ".spec.replicas"),
+                ("Up-to-date", ".status.updatedReplicas"),
+                ("Available", ".status.availableReplicas"),
+                ("Age", ".metadata.creationTimestamp"),
+            ])
+        );
+        for crd in [set, deployment] {
+            let scale = version(&crd)
+                .subresources
+                .as_ref()
+                .and_then(|s| s.scale.as_ref())
+                .expect("scale subresource");
+            assert_eq!(scale.spec_replicas_path, ".spec.replicas");
+            assert_eq!(scale.status_replicas_path, ".status.replicas");
         }
     }
 
@@ -690,6 +756,8 @@ mod tests {
             [
                 "machineclasses.machine.sapcloud.io.yaml",
                 "machines.machine.sapcloud.io.yaml",
+                "machinesets.machine.sapcloud.io.yaml",
+                "machinedeployments.machine.sapcloud.io.yaml",
                 "nodeslos.slo.koordinator.sh.yaml",
                 "workerslicegwrecyclers.worker.kubeslice.io.yaml",
                 "slicegateways.networking.kubeslice.io.yaml",

@@ -3,7 +3,8 @@
 //! One module per API group: [`machine`] (Gardener MCM), [`slo`] (Koordinator), [`worker`] and
 //! [`networking`] (KubeSlice). JSON names, enum strings, label keys and finalizers are the wire
 //! contract of the reference systems. [`crds`] builds the CustomResourceDefinitions the chart
-//! ships (`cargo xtask crdgen`). No client code lives here.
+//! ships (`cargo xtask crdgen`); [`selector`] matches `LabelSelector`s as the API machinery
+//! does, [`meta`] reads and edits finalizers. No client code lives here.
 //!
 //! String enums keep unknown strings in an `Other(String)` variant (see [`wire`]), so objects
 //! written by other controllers always decode and round-trip unchanged.
@@ -18,7 +19,9 @@
 pub mod crds;
 pub mod duration;
 pub mod machine;
+pub mod meta;
 pub mod networking;
+pub mod selector;
 pub mod slo;
 pub mod wire;
 pub mod worker;

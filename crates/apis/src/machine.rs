@@ -1,4 +1,5 @@
-//! `machine.sapcloud.io/v1alpha1`: Gardener machine-controller-manager's MachineClass and Machine.
+//! `machine.sapcloud.io/v1alpha1`: Gardener machine-controller-manager's MachineClass and Machine,
+//! and (in [`sets`]) the MachineSet and MachineDeployment that own Machines.
 //!
 //! JSON names, finalizers, labels and phase strings are MCM's wire contract.
 
@@ -15,7 +16,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use crate::duration::{DurationParseError, GoDuration};
+
+pub mod sets;
 use crate::wire::{preserve_unknown_object, wire_enum};
+pub use sets::*;
 
 /// API group.
 pub const GROUP: &str = "machine.sapcloud.io";

@@ -18,7 +18,7 @@ pub mod decide;
 pub mod last_good;
 pub mod merge;
 pub mod quantity;
-pub mod selector;
+pub use capstan_apis::selector;
 pub mod spec;
 
 pub use config::{ConfigKey, ConfigProblem, MergedConfig};

@@ -26,6 +26,7 @@ pub mod lean;
 pub mod metric_families;
 pub mod metrics;
 pub mod own_writes;
+pub mod patch;
 pub mod runner;
 pub mod service;
 pub mod shutdown;

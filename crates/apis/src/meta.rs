@@ -1,4 +1,4 @@
-//! Small helpers on object metadata shared by the decisions.
+//! Small helpers on object metadata (finalizers, deletion) shared by every controller's decisions.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 

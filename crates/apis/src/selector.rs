@@ -1,4 +1,5 @@
-//! Kubernetes `LabelSelector` semantics: validation and matching against a node's labels.
+//! Kubernetes `LabelSelector` semantics: validation and matching against an object's labels
+//! (Nodes for nodeslo's strategies, Machines for MachineSets).
 
 use std::collections::BTreeMap;
 
