@@ -59,6 +59,11 @@ pub struct Args {
     #[arg(long, env = "MACHINE_DRAIN_TIMEOUT", default_value = "2h", value_parser = parse_duration)]
     pub machine_drain_timeout: Duration,
 
+    /// How often the leader lists each class's VMs and deletes those no Machine accounts for
+    /// (MCM's safety controller).
+    #[arg(long, env = "MACHINE_SAFETY_ORPHAN_VMS_PERIOD", default_value = "15m", value_parser = parse_duration)]
+    pub machine_safety_orphan_vms_period: Duration,
+
     /// Machines reconciled in parallel.
     #[arg(long, env = "MACHINE_CONCURRENCY", default_value_t = 10,
           value_parser = capstan_runtime::cli::parse_count::<u16>)]

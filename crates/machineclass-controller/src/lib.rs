@@ -4,7 +4,8 @@
 //! Pipeline per reconcile: read caches -> validate -> decide (pure, in `machineclass-core`) ->
 //! apply (minimal, guarded writes; nothing when nothing changed) -> status. The crate reads as
 //! flags ([`cli`]) -> wiring (here) -> reconcile. Three controllers share one process:
-//! MachineClass ([`class`]), Secret ([`secret`]), Machine ([`machine`], [`deletion`]); Nodes are watched to trigger their Machines and are handled by the Machine
+//! MachineClass ([`class`]), Secret ([`secret`]), Machine ([`machine`], [`deletion`]), plus the
+//! periodic orphan-VM sweep of MCM's safety controller ([`safety`]); Nodes are watched to trigger their Machines and are handled by the Machine
 //! reconcile (finalizer, template sync, deletion). Provider calls go through a
 //! [`machine_driver::Driver`]: the in-process simulator (`--driver sim`) or a gRPC provider
 //! (`--driver grpc://host:port`).
@@ -18,6 +19,7 @@ pub mod io;
 pub mod machine;
 pub mod metrics;
 pub mod node_cache;
+pub mod safety;
 pub mod secret;
 
 use std::collections::BTreeSet;
@@ -121,6 +123,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 shutdown,
                 machine_concurrency: args.machine_concurrency,
                 class_concurrency: args.class_concurrency,
+                orphan_vms_period: args.machine_safety_orphan_vms_period,
             };
             let readiness = service.readiness().clone();
             run_controllers(wiring, move || readiness.set_ready(true))
@@ -142,6 +145,8 @@ pub struct Wiring {
     pub shutdown: Shutdown,
     pub machine_concurrency: u16,
     pub class_concurrency: u16,
+    /// Period of the orphan-VM sweep.
+    pub orphan_vms_period: Duration,
 }
 
 type IndexFn<K> = fn(&K) -> BTreeSet<String>;
@@ -329,6 +334,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         .reconcile_on(UnboundedReceiverStream::new(secret_rx))
         .run(class_workers, secret::reconcile, error_policy, ctx.clone());
 
+    let sweeps = safety::run_sweeps(ctx.clone(), w.orphan_vms_period, w.mcm_metrics.clone());
     let mcm_metrics = w.mcm_metrics;
     let metrics_store = machine_store.clone();
     let readiness = async move {
@@ -355,6 +361,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
     tokio::select! {
         _ = futures::future::join3(machines, classes, secrets) => {}
         () = readiness => {}
+        () = sweeps => {}
         () = gates.shutdown_before_sync() => tracing::info!("shutdown before the caches synced"),
     }
 }

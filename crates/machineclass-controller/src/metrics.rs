@@ -61,6 +61,8 @@ capstan_runtime::metric_families! {
         requests: Family<CloudLabels, Counter> = "mcm_cloud_api_requests",
         /// Number of Failed Cloud Service API requests, partitioned by provider and service
         failed: Family<CloudLabels, Counter> = "mcm_cloud_api_requests_failed",
+        /// Orphan VMs (no Machine accounts for them) the safety sweep deleted
+        orphans: Counter = "capstan_machineclass_orphan_vms_deleted",
         /// Time taken by one driver call, partitioned by provider and service
         durations: DurationFamily = "mcm_cloud_api_driver_request_duration" in Seconds
             => DurationFamily::new_with_constructor(driver_histogram),
@@ -68,6 +70,11 @@ capstan_runtime::metric_families! {
 }
 
 impl McmMetrics {
+    /// Counts orphan VMs the safety sweep deleted.
+    pub fn orphans_deleted(&self, n: usize) {
+        self.orphans.inc_by(u64::try_from(n).unwrap_or(u64::MAX));
+    }
+
     /// Re-exports the machine gauges from the cache (items, phase, info).
     pub fn refresh(&self, machines: &Store<Machine>) {
         let all = machines.state();

@@ -716,3 +716,66 @@ async fn a_standby_replica_takes_over_the_objects_it_parked() {
         .expect("killed");
     let _ = leader.wait_exit(Duration::from_secs(10)).await;
 }
+
+/// MCM's safety controller: a VM the provider lists that no Machine accounts for is deleted on
+/// the next sweep; the VM of a live Machine is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphan_vm_is_collected_and_a_machines_vm_is_kept() {
+    use machine_driver::sim::{CLASS_LABEL, VM_LABEL};
+    let env = Env::start().await;
+    env.secret("cloud").await;
+    env.class("sim", "cloud", json!({})).await;
+    // A VM left behind by a Machine that is gone (as after a crash between the VM's creation and
+    // the Machine's status write, then the Machine's deletion).
+    let ghost: ConfigMap = capstan_testkit::objects::from_json(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "sim-vm-ghost", "namespace": NS,
+                     "labels": {VM_LABEL: "true", CLASS_LABEL: "sim"}},
+        "data": {"providerID": "sim:///default/ghost", "nodeName": "ghost", "machine": "ghost",
+                 "readyAt": "2026-01-01T00:00:00Z", "neverReady": "false"}
+    }));
+    let config_maps: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
+    config_maps
+        .create(&Default::default(), &ghost)
+        .await
+        .expect("orphan VM");
+    let bin = env
+        .controller(&["--machine-safety-orphan-vms-period", "1s"])
+        .await;
+    env.machine("m-1", "sim", json!({})).await;
+    let machines = env.machines();
+    until(&bin, "m-1 Running", T, || async {
+        let m = machines.get("m-1").await.ok()?;
+        (phase(&m).as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+    until(&bin, "the orphan VM deleted", T, || async {
+        config_maps
+            .get_opt("sim-vm-ghost")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    // Two more sweeps: the live Machine's VM stays.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        config_maps
+            .get_opt("sim-vm-m-1")
+            .await
+            .expect("get")
+            .is_some(),
+        "the VM of a live Machine is not an orphan"
+    );
+    let metrics = http_get(bin.admin_addr(), "/metrics")
+        .await
+        .expect("metrics");
+    assert!(
+        metrics
+            .body
+            .contains("capstan_machineclass_orphan_vms_deleted_total 1"),
+        "{}",
+        metrics.body
+    );
+}
