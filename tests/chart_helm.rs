@@ -211,6 +211,7 @@ async fn every_component_installs_then_upgrades() {
     }
     for component in [
         "machineclass-controller",
+        "machineset-controller",
         "nodeslo-controller",
         "gw-recycler",
         "sidecars",
@@ -236,6 +237,7 @@ async fn every_component_installs_then_upgrades() {
         .unwrap_or_default();
     for service in [
         "capstan-machineclass-controller-metrics:8080/readyz",
+        "capstan-machineset-controller-metrics:8080/readyz",
         "capstan-nodeslo-controller-metrics:8080/readyz",
         "capstan-gw-recycler-metrics:8080/readyz",
     ] {
@@ -355,6 +357,103 @@ async fn every_component_installs_then_upgrades() {
     );
 }
 
+/// The `--namespace` of the rendered Deployment `name`.
+fn namespace_flag(release: &Value, name: &str) -> String {
+    let deployment = objects(release)
+        .into_iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no Deployment {name}"));
+    deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find_map(|a| a.strip_prefix("--namespace="))
+        .unwrap_or_else(|| panic!("{name} has no --namespace"))
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machineset_controller_follows_the_machine_namespace_unless_told() {
+    let Some(cluster) = cluster().await else {
+        return;
+    };
+    cluster.create_namespaces(&["machines", "pools"]).await;
+    let roles_in = |namespace: &str| {
+        let roles: Api<Role> = Api::namespaced(cluster.client.clone(), namespace);
+        async move {
+            let lp =
+                ListParams::default().labels("app.kubernetes.io/component=machineset-controller");
+            let list = roles.list(&lp).await.expect("list");
+            list.items
+                .into_iter()
+                .filter_map(|r| r.metadata.name)
+                .collect::<Vec<_>>()
+        }
+    };
+    // By default both machine controllers act on the release namespace.
+    let release = ok(
+        helm::install(&cluster, "capstan", NS, &json!({})).await,
+        "install with default values",
+    );
+    assert_eq!(
+        namespace_flag(&release, "capstan-machineset-controller"),
+        NS
+    );
+    assert_eq!(roles_in(NS).await, ["capstan-machineset-controller"]);
+    // machineclass-controller's namespace is machineset-controller's too, Role and all.
+    let machines = json!({"controllers": {"machineclass-controller": {"namespace": "machines"}}});
+    let upgraded = ok(
+        helm::upgrade(&cluster, "capstan", NS, &machines).await,
+        "upgrade",
+    );
+    assert_eq!(
+        namespace_flag(&upgraded, "capstan-machineclass-controller"),
+        "machines"
+    );
+    assert_eq!(
+        namespace_flag(&upgraded, "capstan-machineset-controller"),
+        "machines"
+    );
+    assert_eq!(
+        roles_in("machines").await,
+        ["capstan-system-capstan-machineset-controller"]
+    );
+    assert!(roles_in(NS).await.is_empty(), "the old Role is gone");
+    let notes = upgraded["info"]["notes"].as_str().unwrap_or_default();
+    assert!(
+        notes.contains("rolls MachineDeployments in namespace\n\"machines\""),
+        "{notes}"
+    );
+    assert!(
+        !notes.contains("Note: machineclass-controller watches"),
+        "{notes}"
+    );
+    // Its own namespace wins, and the notes say the Machines there need a machineclass-controller.
+    let pools = json!({"controllers": {
+        "machineclass-controller": {"namespace": "machines"},
+        "machineset-controller": {"namespace": "pools"}
+    }});
+    let upgraded = ok(
+        helm::upgrade(&cluster, "capstan", NS, &pools).await,
+        "upgrade",
+    );
+    assert_eq!(
+        namespace_flag(&upgraded, "capstan-machineset-controller"),
+        "pools"
+    );
+    assert_eq!(
+        roles_in("pools").await,
+        ["capstan-system-capstan-machineset-controller"]
+    );
+    assert!(roles_in("machines").await.is_empty());
+    let notes = upgraded["info"]["notes"].as_str().unwrap_or_default();
+    assert!(
+        notes.contains("Note: machineclass-controller watches \"machines\""),
+        "{notes}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_release_in_another_namespace_coexists() {
     let Some(cluster) = cluster().await else {
@@ -437,6 +536,14 @@ async fn bad_values_are_rejected_naming_the_field() {
         (
             json!({"controllers": {"gw-recycler": {"rebalance": "yes"}}}),
             "/controllers/gw-recycler/rebalance",
+        ),
+        (
+            json!({"controllers": {"machineset-controller": {"namespace": 7}}}),
+            "/controllers/machineset-controller/namespace",
+        ),
+        (
+            json!({"controllers": {"machineset-controller": {"driver": "sim"}}}),
+            "driver",
         ),
     ];
     for (i, (values, field)) in cases.iter().enumerate() {
@@ -537,6 +644,7 @@ async fn service_monitors_select_exactly_each_metrics_service() {
         [
             "capstan-gw-recycler",
             "capstan-machineclass-controller",
+            "capstan-machineset-controller",
             "capstan-nodeslo-controller"
         ]
     );

@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -622,4 +623,244 @@ async fn machineclass_controller_runs_on_exactly_the_chart_rbac() {
     );
 
     assert_rbac_sufficient_and_minimal(&cluster, "machineclass-controller", &output()).await;
+}
+
+/// MachineDeployment `pool-a` in the machines namespace: `replicas` Machines of class `class`.
+fn machine_deployment(class: &str, replicas: i32) -> Value {
+    json!({"apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineDeployment",
+    "metadata": {"name": "pool-a", "namespace": MACHINES},
+    "spec": {
+        "replicas": replicas,
+        "selector": {"matchLabels": {"name": "pool-a"}},
+        "template": {
+            "metadata": {"labels": {"name": "pool-a"}},
+            "spec": {"class": {"kind": "MachineClass", "name": class}}
+        }
+    }})
+}
+
+/// The uid of the object's controller (its ownerReference with `controller: true`).
+fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.as_str())
+}
+
+/// machineset-controller alone (no machineclass-controller: its Machines stay Pending, which is
+/// all the set and deployment controllers need): a MachineDeployment makes its MachineSet and
+/// Machines, a stray Machine is adopted, the scale subresource scales down and up again (the
+/// repeated Event is patched into a series), a template change makes a second set, and the
+/// deletion takes the sets and Machines with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machineset_controller_runs_on_exactly_the_chart_rbac() {
+    use capstan_apis::machine::{ANNOTATION_REVISION, Machine, MachineDeployment, MachineSet};
+    let Some((cluster, release)) = installed().await else {
+        return;
+    };
+    let admin = cluster.client.clone();
+    let deployments: Api<MachineDeployment> = Api::namespaced(admin.clone(), MACHINES);
+    let sets: Api<MachineSet> = Api::namespaced(admin.clone(), MACHINES);
+    let machines: Api<Machine> = Api::namespaced(admin.clone(), MACHINES);
+    let events: Api<Event> = Api::namespaced(admin.clone(), MACHINES);
+    let pp = PostParams::default();
+    let (bin, _kubeconfig) = run_as_service_account(
+        &cluster,
+        &release,
+        "machineset-controller",
+        "machineset-controller",
+        &["--short-retry=500ms"],
+    )
+    .await;
+    let output = || bin.output().join("\n");
+    let revision = |meta: &ObjectMeta| -> Option<u32> {
+        meta.annotations
+            .as_ref()?
+            .get(ANNOTATION_REVISION)?
+            .parse()
+            .ok()
+    };
+    // The deployment's sets, oldest revision first, and the Machines each controls.
+    let owned = || async {
+        let deployment = deployments.get_opt("pool-a").await.ok()??;
+        let uid = deployment.metadata.uid.clone()?;
+        let mut mine: Vec<MachineSet> = sets
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|s| controller_uid(&s.metadata) == Some(uid.as_str()))
+            .collect();
+        mine.sort_by_key(|s| revision(&s.metadata));
+        let all = machines.list(&ListParams::default()).await.ok()?.items;
+        let with_machines: Vec<(MachineSet, Vec<Machine>)> = mine
+            .into_iter()
+            .map(|set| {
+                let uid = set.metadata.uid.clone().unwrap_or_default();
+                let of_set = all
+                    .iter()
+                    .filter(|m| controller_uid(&m.metadata) == Some(uid.as_str()))
+                    .cloned()
+                    .collect();
+                (set, of_set)
+            })
+            .collect();
+        Some((deployment, with_machines))
+    };
+
+    // A deployment of 2: its set (created, finalizer, status) and 2 Machines; the deployment's
+    // finalizer, revision annotation and status.
+    deployments
+        .create(&pp, &from_json(machine_deployment("c1", 2)))
+        .await
+        .expect("deployment");
+    let first = eventually_with("one MachineSet of 2 Machines", WAIT, output, || async {
+        let (deployment, sets) = owned().await?;
+        let [(set, of_set)] = sets.as_slice() else {
+            return None;
+        };
+        let done = of_set.len() == 2
+            && set.status.as_ref().is_some_and(|s| s.replicas == 2)
+            && set
+                .metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| !f.is_empty())
+            && deployment
+                .metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| !f.is_empty())
+            && revision(&deployment.metadata) == Some(1)
+            && deployment.status.as_ref().is_some_and(|s| s.replicas == 2);
+        done.then(|| set.clone())
+    })
+    .await;
+    let first_name = first.metadata.name.clone().expect("set name");
+
+    // A Machine matching the set's selector and owned by nobody is adopted (an ownerReferences
+    // patch), and the set, one Machine over, deletes one.
+    let selector_labels = first
+        .spec
+        .selector
+        .as_ref()
+        .and_then(|s| s.match_labels.clone())
+        .expect("the set's matchLabels");
+    machines
+        .create(
+            &pp,
+            &from_json(
+                json!({"apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
+                "metadata": {"name": "stray", "namespace": MACHINES, "labels": selector_labels},
+                "spec": {"class": {"kind": "MachineClass", "name": "c1"}}}),
+            ),
+        )
+        .await
+        .expect("stray machine");
+    eventually_with("the stray Machine adopted", WAIT, output, || async {
+        let (_, sets) = owned().await?;
+        let [(_, of_set)] = sets.as_slice() else {
+            return None;
+        };
+        let stray = machines.get_opt("stray").await.ok()?;
+        let adopted = stray.is_none_or(|m| controller_uid(&m.metadata).is_some());
+        (adopted && of_set.len() == 2).then_some(())
+    })
+    .await;
+
+    // The scale subresource (kubectl scale): down to 1, then up to 2 again, whose Event repeats
+    // the first one's note ("Scaled up machine set ... to 2") and is counted into it.
+    for replicas in [1, 2] {
+        deployments
+            .patch_scale(
+                "pool-a",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
+            .await
+            .expect("scaled");
+        eventually_with(
+            &format!("the MachineSet scaled to {replicas}"),
+            WAIT,
+            output,
+            || async {
+                let (_, sets) = owned().await?;
+                let [(set, of_set)] = sets.as_slice() else {
+                    return None;
+                };
+                let live = of_set
+                    .iter()
+                    .filter(|m| m.metadata.deletion_timestamp.is_none())
+                    .count();
+                (set.spec.replicas == replicas && live == usize::try_from(replicas).ok()?)
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    eventually_with("the scale-up Event counted twice", WAIT, output, || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("ScalingMachineSet")
+                    && e.series.as_ref().is_some_and(|s| s.count >= 2)
+            })
+            .map(drop)
+    })
+    .await;
+
+    // A template change: a second MachineSet, revision 2, the first rolled down from.
+    deployments
+        .patch(
+            "pool-a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"class": {"name": "c2"}}}}})),
+        )
+        .await
+        .expect("template changed");
+    eventually_with("a second MachineSet, revision 2", WAIT, output, || async {
+        let (deployment, sets) = owned().await?;
+        let [(old, _), (new, of_new)] = sets.as_slice() else {
+            return None;
+        };
+        let rolled = old.metadata.name.as_deref() == Some(first_name.as_str())
+            && revision(&new.metadata) == Some(2)
+            && revision(&deployment.metadata) == Some(2)
+            && !of_new.is_empty();
+        rolled.then_some(())
+    })
+    .await;
+
+    // Deleting the deployment deletes its sets, their Machines, then lets go of both finalizers.
+    deployments
+        .delete("pool-a", &DeleteParams::default())
+        .await
+        .expect("deployment delete accepted");
+    eventually_with(
+        "the deployment, its sets and Machines gone",
+        WAIT,
+        output,
+        || async {
+            let gone = deployments.get_opt("pool-a").await.ok()?.is_none()
+                && sets
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?
+                    .items
+                    .is_empty()
+                && machines
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?
+                    .items
+                    .is_empty();
+            gone.then_some(())
+        },
+    )
+    .await;
+
+    assert_rbac_sufficient_and_minimal(&cluster, "machineset-controller", &output()).await;
 }

@@ -284,6 +284,7 @@ fn sidecars_only(sidecars: Value) -> Value {
     json!({
         "controllers": {
             "machineclass-controller": {"enabled": false},
+            "machineset-controller": {"enabled": false},
             "nodeslo-controller": {"enabled": false}
         },
         "sidecars": sidecars

@@ -21,9 +21,10 @@ use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 
 const NS: &str = "capstan-system";
-const CONTROLLERS: [&str; 3] = [
+const CONTROLLERS: [&str; 4] = [
     "gw-recycler",
     "machineclass-controller",
+    "machineset-controller",
     "nodeslo-controller",
 ];
 
@@ -233,7 +234,9 @@ impl Exports {
 /// Each controller's binary on `cluster`, after some work, and its `/metrics`.
 async fn exports(cluster: &SimCluster) -> BTreeMap<&'static str, Exports> {
     let client = cluster.client.clone();
-    // Work for each: a Node (a NodeSLO to write), a MachineClass (a finalizer to add).
+    // Work for each: a Node (a NodeSLO to write), a MachineClass (a finalizer to add), a
+    // MachineDeployment (a MachineSet and its Machines to create; machineset-controller runs last,
+    // so machineclass-controller never sees them).
     Api::<Node>::all(client.clone())
         .create(
             &PostParams::default(),
@@ -252,9 +255,28 @@ async fn exports(cluster: &SimCluster) -> BTreeMap<&'static str, Exports> {
         )
         .await
         .expect("MachineClass created");
+    Api::<capstan_apis::machine::MachineDeployment>::namespaced(client.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineDeployment",
+                "metadata": {"name": "pool-a"},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": {"name": "pool-a"}},
+                    "template": {
+                        "metadata": {"labels": {"name": "pool-a"}},
+                        "spec": {"class": {"kind": "MachineClass", "name": "small"}}
+                    }
+                }
+            }))
+            .expect("MachineDeployment"),
+        )
+        .await
+        .expect("MachineDeployment created");
 
     let hub = cluster.kubeconfig_path();
-    let runs: [(&'static str, Vec<&str>); 3] = [
+    let runs: [(&'static str, Vec<&str>); 4] = [
         ("nodeslo-controller", vec!["--config-namespace", "default"]),
         ("machineclass-controller", vec!["--namespace", "default"]),
         (
@@ -268,20 +290,29 @@ async fn exports(cluster: &SimCluster) -> BTreeMap<&'static str, Exports> {
                 "default",
             ],
         ),
+        ("machineset-controller", vec!["--namespace", "default"]),
     ];
     let mut exported = BTreeMap::new();
     for (program, args) in runs {
         let path = binary(program, program);
         let bin = cluster.spawn(&path.display().to_string(), &args).await;
         wait_ready(&bin).await;
-        // The controller did its work once its reconcile counter has a sample.
+        // The controller did its work once its reconcile counter has a sample (machineset-controller
+        // also once its gauges were refreshed from the MachineSet it created).
+        let done: &[&str] = match program {
+            "gw-recycler" => &[],
+            "machineset-controller" => &[
+                "capstan_controller_reconciles_total{",
+                "mcm_machine_set_status_replicas{",
+            ],
+            _ => &["capstan_controller_reconciles_total{"],
+        };
         let text = eventually(
             &format!("{program} reconciled"),
             Duration::from_secs(30),
             || async {
                 let text = scrape(&bin).await;
-                (program == "gw-recycler" || text.contains("capstan_controller_reconciles_total{"))
-                    .then_some(text)
+                done.iter().all(|d| text.contains(d)).then_some(text)
             },
         )
         .await;

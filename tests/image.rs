@@ -10,8 +10,9 @@ use capstan_scenarios::tools::{binary, workspace_root};
 use capstan_testkit::skip_or_fail;
 
 /// (cargo package, binary) of everything the image carries.
-const BINARIES: [(&str, &str); 7] = [
+const BINARIES: [(&str, &str); 8] = [
     ("machineclass-controller", "machineclass-controller"),
+    ("machineset-controller", "machineset-controller"),
     ("nodeslo-controller", "nodeslo-controller"),
     ("gw-recycler", "gw-recycler"),
     ("sidecar-shim", "router-sidecar"),

@@ -73,6 +73,7 @@ impl Worker {
             "controllers": {
                 "nodeslo-controller": {"enabled": false},
                 "machineclass-controller": {"enabled": false},
+                "machineset-controller": {"enabled": false},
                 "gw-recycler": {"enabled": true, "rebalance": rebalance}
             },
             "hub": {"kubeconfigSecret": "hub-kubeconfig", "namespace": HUB_NS}

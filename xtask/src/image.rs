@@ -19,6 +19,7 @@ pub const UID: u32 = 65532;
 /// Every binary the image carries: (cargo package, binary).
 pub const BINARIES: &[(&str, &str)] = &[
     ("machineclass-controller", "machineclass-controller"),
+    ("machineset-controller", "machineset-controller"),
     ("nodeslo-controller", "nodeslo-controller"),
     ("gw-recycler", "gw-recycler"),
     ("sidecar-shim", "router-sidecar"),

@@ -58,6 +58,14 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace 
 {{- (index .Values.controllers "machineclass-controller").namespace | default .Release.Namespace -}}
 {{- end -}}
 
+{{/*
+The namespace machineset-controller works in: its own namespace, else machineclass-controller's, so
+that by default the Machines one creates are the Machines the other brings up.
+*/}}
+{{- define "capstan.machineSetNamespace" -}}
+{{- (index .Values.controllers "machineset-controller").namespace | default (include "capstan.machineNamespace" .) -}}
+{{- end -}}
+
 {{/* Where nodeslo-controller reads slo-controller-config: configNamespace, else the release's. */}}
 {{- define "capstan.sloConfigNamespace" -}}
 {{- (index .Values.controllers "nodeslo-controller").configNamespace | default .Release.Namespace -}}
