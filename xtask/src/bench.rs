@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// What to measure: `nodeslo`, `machineclass`, `kube-sim`, `sidecars` or `recycler`; every suite when
+    /// What to measure: `nodeslo`, `machineclass`, `machineset`, `kube-sim`, `sidecars` or `recycler`; every suite when
     /// left out (see `capstan-bench --help`).
     target: Option<String>,
     /// A previous results file (target/bench/*.json): print the change per figure.
@@ -29,6 +29,7 @@ fn binaries_for(target: &str) -> &'static [&'static str] {
     match target {
         "nodeslo" => &["nodeslo-controller"],
         "machineclass" => &["machineclass-controller"],
+        "machineset" => &["machineclass-controller", "machineset-controller"],
         // The sidecars are the containers the recycler suite's kube-sims run.
         "recycler" => &["gw-recycler", "gw-sidecar", "router-sidecar"],
         "all" => &[

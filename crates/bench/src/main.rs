@@ -16,6 +16,7 @@ use clap::{Parser, Subcommand};
 mod cluster;
 mod kube_sim;
 mod machineclass;
+mod machineset;
 mod nodeslo;
 mod plot;
 mod programs;
@@ -53,6 +54,8 @@ enum Target {
     All(AllArgs),
     /// machineclass-controller: classes finalized and machines Running against a bare client, writes per machine, peak RSS.
     Machineclass(machineclass::Args),
+    /// machineset-controller: a roll of MachineDeployments, writes per replaced machine and time against floors, peak RSS.
+    Machineset(machineset::Args),
     /// NodeSLO controller: convergence and config fan-out against a bare client, writes per node, peak RSS.
     Nodeslo(nodeslo::Args),
     /// kube-sim: creates/s, a list of 10,000 objects, watch fan-out under load, memory per object.
@@ -181,6 +184,7 @@ fn main() -> anyhow::Result<()> {
     let name = match &cli.target {
         Target::All(_) => "all",
         Target::Machineclass(_) => "machineclass",
+        Target::Machineset(_) => "machineset",
         Target::Nodeslo(_) => "nodeslo",
         Target::KubeSim(_) => "kube-sim",
         Target::Sidecars(_) => "sidecars",
@@ -220,6 +224,10 @@ async fn run(cli: &Cli) -> Result<Vec<(&'static str, Report)>> {
         Target::Machineclass(args) => reports.push((
             "machineclass",
             with_stolen_cpu(machineclass::run(bin_dir, args)).await?,
+        )),
+        Target::Machineset(args) => reports.push((
+            "machineset",
+            with_stolen_cpu(machineset::run(bin_dir, args)).await?,
         )),
         Target::Nodeslo(args) => reports.push((
             "nodeslo",
@@ -264,6 +272,7 @@ async fn run_suite(bin_dir: &Path, suite: &str, argv: &[&str]) -> Result<Report>
         "kube-sim" => kube_sim::run(&suite_args(argv)?).await,
         "nodeslo" => nodeslo::run(bin_dir, &suite_args(argv)?).await,
         "machineclass" => machineclass::run(bin_dir, &suite_args(argv)?).await,
+        "machineset" => machineset::run(bin_dir, &suite_args(argv)?).await,
         "sidecars" => sidecars::run(&suite_args(argv)?).await,
         "recycler" => recycler::run(bin_dir, &suite_args(argv)?).await,
         other => anyhow::bail!("unknown suite {other}"),

@@ -117,6 +117,30 @@ impl Report {
         });
     }
 
+    /// A count per object of the side under test against a floor computed for the same run, with
+    /// their ratio checked against `target` like `"<= 1.2x"` (as [`Report::ratio`] does).
+    pub fn per_object_against(
+        &mut self,
+        name: &str,
+        value: f64,
+        floor: f64,
+        target: &str,
+        note: &str,
+    ) {
+        let ratio = value / floor.max(f64::EPSILON);
+        let parsed = Target::parse_leading(target);
+        self.rows.push(Row {
+            figure: name.to_string(),
+            value,
+            unit: String::new(),
+            floor: Some(floor),
+            ratio: Some(ratio),
+            target: Some(parsed.map_or_else(|| target.to_string(), |t| format!("{t}x"))),
+            met: parsed.map(|t| t.met(ratio)),
+            note: note.to_string(),
+        });
+    }
+
     /// Prefixes every figure (e.g. with the size, when a suite runs at several sizes).
     pub fn prefix_figures(&mut self, prefix: &str) {
         for row in &mut self.rows {
@@ -430,6 +454,17 @@ mod tests {
         assert_eq!(report.rows[0].target.as_deref(), Some("<= 1.3x"));
         assert_eq!(report.rows[0].floor, Some(1.0));
         assert_eq!(report.rows[2].target.as_deref(), Some("as low as possible"));
+    }
+
+    #[test]
+    fn a_count_against_its_floor_is_checked_against_the_target_ratio() {
+        let mut report = Report::new("t");
+        report.per_object_against("writes", 6.0, 5.0, "<= 1.2x", "n");
+        report.per_object_against("writes", 6.5, 5.0, "<= 1.2x", "n");
+        let met: Vec<_> = report.rows.iter().map(|r| r.met).collect();
+        assert_eq!(met, [Some(true), Some(false)]);
+        assert_eq!(report.rows[0].target.as_deref(), Some("<= 1.2x"));
+        assert_eq!(report.rows[0].floor, Some(5.0));
     }
 
     #[test]
