@@ -18,6 +18,7 @@ const SIM_LOGS: &[&str] = &["kube-sim", "kube-sim-hub", "kube-sim-worker-b"];
 const COMPONENT_LOGS: &[&str] = &[
     "nodeslo-controller",
     "machineclass-controller",
+    "machineset-controller",
     "router-sidecar",
     "gw-sidecar",
     "gw-recycler-worker-a",
@@ -75,6 +76,11 @@ fn demo_smoke_run_converges_and_every_process_exits_zero() {
     assert!(
         !node.is_empty(),
         "the Machine names its Node: {machine_line}"
+    );
+    // The demo's MachineDeployment came up and was rolled to the second class.
+    assert!(
+        stdout.contains("MachineDeployment demo-pool was rolled from demo-class to demo-class-b"),
+        "no rolled MachineDeployment in:\n{stdout}"
     );
     // `gw-recycler trigger --wait` prints each state change; the server side's FSM goes through
     // the spec's states to `end` (`error_state` is terminal too, so it cannot come before).

@@ -1,5 +1,6 @@
 //! `kubectl get` of each Capstan CRD prints the columns the CRD declares, read through kube-sim's
-//! Table answer as a user sees them. MCM's Machine columns are MCM's; MachineClass, NodeSLO and
+//! Table answer as a user sees them. MCM's Machine, MachineSet and MachineDeployment columns are
+//! MCM's; MachineClass, NodeSLO and
 //! WorkerSliceGwRecycler have none in their reference CRDs, so theirs are ours (see capstan-apis).
 
 use std::process::Command;
@@ -38,6 +39,26 @@ spec:
   state: slicerouter_updated
   request: verify_new_deployment_created
   gwPair: {serverId: red-server-0-0, clientId: red-client-0-0}
+---
+apiVersion: machine.sapcloud.io/v1alpha1
+kind: MachineDeployment
+metadata: {name: pool-a, namespace: default}
+spec:
+  replicas: 3
+  selector: {matchLabels: {name: pool-a}}
+  template:
+    metadata: {labels: {name: pool-a}}
+    spec: {class: {kind: MachineClass, name: m5-large}}
+---
+apiVersion: machine.sapcloud.io/v1alpha1
+kind: MachineSet
+metadata: {name: pool-a-5d8f7, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {name: pool-a, machine-template-hash: 5d8f7}}
+  template:
+    metadata: {labels: {name: pool-a, machine-template-hash: 5d8f7}}
+    spec: {class: {kind: MachineClass, name: m5-large}}
 "#;
 
 struct Kubectl<'a>(&'a SimCluster);
@@ -158,6 +179,31 @@ async fn kubectl_get_shows_each_crds_columns() {
             ("SLICE", "red"),
             ("SERVER GATEWAY", "red-server"),
             ("CLIENT GATEWAY", "red-client"),
+        ])
+    );
+    // MCM's MachineDeployment and MachineSet columns, by MCM's short names; `kubectl scale`
+    // goes through the scale subresource.
+    kubectl.run(
+        &["scale", "mcd", "pool-a", "-n", "default", "--replicas=5"],
+        None,
+    );
+    assert_eq!(
+        without_age(kubectl.table(&["get", "mcd", "-n", "default"])),
+        pairs(&[
+            ("NAME", "pool-a"),
+            ("READY", ""),
+            ("DESIRED", "5"),
+            ("UP-TO-DATE", ""),
+            ("AVAILABLE", ""),
+        ])
+    );
+    assert_eq!(
+        without_age(kubectl.table(&["get", "mcs", "-n", "default"])),
+        pairs(&[
+            ("NAME", "pool-a-5d8f7"),
+            ("DESIRED", "2"),
+            ("CURRENT", ""),
+            ("READY", ""),
         ])
     );
     // The client's answer shows in the wide view once it writes status.

@@ -11,7 +11,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use capstan_apis::machine::{Machine, MachineClass, MachinePhase};
+use capstan_apis::machine::{Machine, MachineClass, MachineDeployment, MachinePhase};
 use capstan_apis::slo::NodeSlo;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::api::{Api, PostParams};
@@ -41,6 +41,7 @@ pub struct Args {
 const COMPONENTS: &[(&str, &[&str])] = &[
     ("nodeslo-controller", &[]),
     ("machineclass-controller", &["--sim-ready-delay", "1s"]),
+    ("machineset-controller", &[]),
     (
         "router-sidecar",
         &["--backend", "memory", "--listen", "127.0.0.1:0"],
@@ -124,6 +125,8 @@ async fn run_async(args: &Args) -> Result<()> {
             }
             let table = wait_for_nodeslos(&client).await?;
             let node = wait_for_machine(&client).await?;
+            wait_for_pool(&client, "demo-class").await?;
+            roll_pool(&client).await?;
             let mut slice = crate::demo_slice::start(&bin_dir, &dir, &kubeconfig, &client).await?;
             processes.append(&mut slice.processes);
             slice.recycle(&bin_dir).await?;
@@ -290,7 +293,31 @@ async fn seed(client: &kube::Client) -> Result<()> {
         "nodeTemplate": {"capacity": {"cpu": "2", "gpu": "0", "memory": "8Gi"},
                          "instanceType": "sim.large", "region": "sim-1", "zone": "sim-1a"}
     });
-    classes.create(&pp, &serde_json::from_value(class)?).await?;
+    classes
+        .create(&pp, &serde_json::from_value(class.clone())?)
+        .await?;
+    // A second class for the MachineDeployment to roll to.
+    let mut class_b = class.clone();
+    class_b["metadata"]["name"] = json!(DEMO_CLASS_B);
+    class_b["nodeTemplate"]["instanceType"] = json!("sim.xlarge");
+    classes
+        .create(&pp, &serde_json::from_value(class_b)?)
+        .await?;
+    let deployments: Api<MachineDeployment> = Api::namespaced(client.clone(), "default");
+    let pool = json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineDeployment",
+        "metadata": {"name": DEMO_POOL, "namespace": "default"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"name": DEMO_POOL}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {"metadata": {"labels": {"name": DEMO_POOL}},
+                         "spec": {"class": {"kind": "MachineClass", "name": "demo-class"}}}
+        }
+    });
+    deployments
+        .create(&pp, &serde_json::from_value(pool)?)
+        .await?;
     let machines: Api<Machine> = Api::namespaced(client.clone(), "default");
     let machine = json!({
         "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
@@ -304,6 +331,54 @@ async fn seed(client: &kube::Client) -> Result<()> {
 }
 
 const DEMO_MACHINE: &str = "demo-machine-0";
+/// The demo's MachineDeployment, and the class it is rolled to once it is up.
+const DEMO_POOL: &str = "demo-pool";
+const DEMO_CLASS_B: &str = "demo-class-b";
+
+/// Waits until the demo pool's Machines are all Running on `class` and its deployment reports them.
+async fn wait_for_pool(client: &kube::Client, class: &str) -> Result<()> {
+    let machines: Api<Machine> = Api::namespaced(client.clone(), "default");
+    let deployments: Api<MachineDeployment> = Api::namespaced(client.clone(), "default");
+    let selector = format!("name={DEMO_POOL}");
+    let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+    loop {
+        let list = machines
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await?
+            .items;
+        let on_class =
+            |m: &Machine| m.spec.class.as_ref().and_then(|c| c.name.as_deref()) == Some(class);
+        let running = list.len() == 2
+            && list
+                .iter()
+                .all(|m| on_class(m) && m.phase() == Some(&MachinePhase::Running));
+        let status = deployments.get(DEMO_POOL).await?.status.unwrap_or_default();
+        if running && status.updated_replicas == 2 && status.available_replicas == 2 {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "MachineDeployment {DEMO_POOL} not rolled to {class}: {} machines (see machineset-controller.log)",
+                list.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Rolls the demo pool to the second class (RollingUpdate, maxSurge 1, maxUnavailable 0) and waits.
+async fn roll_pool(client: &kube::Client) -> Result<()> {
+    let deployments: Api<MachineDeployment> = Api::namespaced(client.clone(), "default");
+    let patch = json!({"spec": {"template": {"spec": {"class": {"kind": "MachineClass", "name": DEMO_CLASS_B}}}}});
+    deployments
+        .patch(
+            DEMO_POOL,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(patch),
+        )
+        .await?;
+    wait_for_pool(client, DEMO_CLASS_B).await
+}
 
 /// Waits until the demo Machine is Running (its VM created and its Node Ready).
 async fn wait_for_machine(client: &kube::Client) -> Result<String> {
@@ -390,6 +465,14 @@ fn print_guide(
     );
     println!(
         "  kubectl delete machine {DEMO_MACHINE}       # drains and removes its Node, then the class can go"
+    );
+    println!(
+        "\nMachineDeployment {DEMO_POOL} was rolled from demo-class to {DEMO_CLASS_B}, one Machine at a time:"
+    );
+    println!("  kubectl get mcd,mcs,mc");
+    println!("  kubectl scale mcd {DEMO_POOL} --replicas 4");
+    println!(
+        "  kubectl patch mcd {DEMO_POOL} --type merge -p '{{\"spec\":{{\"template\":{{\"spec\":{{\"class\":{{\"name\":\"demo-class\"}}}}}}}}}}'   # roll back: watch with kubectl get mc -w"
     );
     println!(
         "\nComponents (admin: /metrics /livez /readyz; logs in {}):",
