@@ -44,6 +44,12 @@ pub struct Args {
     #[arg(long, env = "SAFETY_DOWN", default_value_t = machineset_core::safety::DEFAULT_SAFETY_DOWN)]
     pub safety_down: i32,
 
+    /// How long a set or deployment waits after the first Machine change of a burst before it
+    /// recounts, so that Machines turning Running together are one pass and one status write,
+    /// not one each (`0s`: every change at once). Its own spec changes are handled at once.
+    #[arg(long, env = "SETTLE_WINDOW", default_value = "100ms", value_parser = parse_duration)]
+    pub settle_window: Duration,
+
     /// Retry after a write conflict.
     #[arg(long, env = "CONFLICT_RETRY", default_value = "200ms", value_parser = parse_duration)]
     pub conflict_retry: Duration,

@@ -28,7 +28,7 @@ use capstan_apis::machine::{Machine, MachineDeployment, MachineSet};
 use capstan_runtime::backoff::BackoffConfig;
 use capstan_runtime::controller::{Binary, Gates, Reconciler, RetryPolicy, reflect_own_writes};
 use capstan_runtime::metrics::ControllerMetrics;
-use capstan_runtime::runner::{Next, Runner};
+use capstan_runtime::runner::{Next, Runner, Settle};
 use capstan_runtime::shutdown::Shutdown;
 pub use cli::Args;
 use futures::StreamExt;
@@ -87,6 +87,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     },
                 },
                 resync: args.resync,
+                settle_window: args.settle_window,
                 safety: safety::SafetyConfig {
                     period: args.machine_safety_overshooting_period,
                     up: args.safety_up,
@@ -112,6 +113,8 @@ pub struct Wiring {
     pub deployment_concurrency: u16,
     pub retry: RetryPolicy,
     pub resync: Duration,
+    /// See [`Args::settle_window`].
+    pub settle_window: Duration,
     pub safety: safety::SafetyConfig,
 }
 
@@ -166,6 +169,13 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         shutdown: w.shutdown.clone(),
     };
 
+    // Changes of other kinds (Machines for a set; sets and Machines for a deployment) come in
+    // bursts during a roll: each is recounted once per settle window, not once per change.
+    let settle = if w.settle_window.is_zero() {
+        Settle::Now
+    } else {
+        Settle::Within(w.settle_window)
+    };
     // A Machine wakes the set that controls it (and that set's deployment, which counts its
     // Machines); an orphan wakes every set, which may adopt it.
     let machine_sets = sets.clone();
@@ -181,26 +191,30 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
                 }
             }
         }))
-        .watches_stream(machine_stream, move |machine: Machine| {
-            let targets: Vec<ObjectRef<MachineSet>> = match controller_of(&machine.metadata) {
-                Some(owner) if owner.kind == "MachineSet" => {
-                    vec![ObjectRef::new(&owner.name).within(&machine_ns)]
+        .watches_stream_settled(
+            machine_stream,
+            move |machine: Machine| {
+                let targets: Vec<ObjectRef<MachineSet>> = match controller_of(&machine.metadata) {
+                    Some(owner) if owner.kind == "MachineSet" => {
+                        vec![ObjectRef::new(&owner.name).within(&machine_ns)]
+                    }
+                    Some(_) => vec![],
+                    None => machine_sets
+                        .store()
+                        .state()
+                        .iter()
+                        .map(|s| ObjectRef::from_obj(&**s))
+                        .collect(),
+                };
+                for target in &targets {
+                    if let Some(set) = machine_sets.get(target) {
+                        machine_ctx.wake_owner_of(&set);
+                    }
                 }
-                Some(_) => vec![],
-                None => machine_sets
-                    .store()
-                    .state()
-                    .iter()
-                    .map(|s| ObjectRef::from_obj(&**s))
-                    .collect(),
-            };
-            for target in &targets {
-                if let Some(set) = machine_sets.get(target) {
-                    machine_ctx.wake_owner_of(&set);
-                }
-            }
-            targets
-        })
+                targets
+            },
+            settle,
+        )
         .run(
             w.set_concurrency.into(),
             set::reconcile,
@@ -210,7 +224,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
     let deployment_runner = Runner::new(deployments.store().clone())
         .gated(&gates)
         .for_stream(deployment_stream)
-        .reconcile_on(UnboundedReceiverStream::new(deployment_rx))
+        .reconcile_settled_on(UnboundedReceiverStream::new(deployment_rx), settle)
         .run(
             w.deployment_concurrency.into(),
             deployment::reconcile,

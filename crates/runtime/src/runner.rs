@@ -41,6 +41,22 @@ impl Next {
     }
 }
 
+/// When a trigger's reconcile runs.
+///
+/// A controller that counts many objects of another kind (a MachineDeployment counting its
+/// Machines) is woken once per change of each: ten Machines turning Running within 80 ms would be
+/// ten passes and ten status writes where one pass after the last sees them all. `Within(window)`
+/// runs the object's reconcile `window` after the first trigger of a burst, the later ones folded
+/// in; the wait is bounded by `window` (a later trigger does not push it back, unlike a debounce
+/// that restarts, which a steady stream of changes could starve). A trigger queued `Now` meanwhile
+/// runs at once. Use it for triggers from other kinds, where a pass only recounts; keep an
+/// object's own changes `Now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    Now,
+    Within(Duration),
+}
+
 /// The objects of one cached kind, reconciled off a [`WorkQueue`] of their keys. Build it with
 /// the trigger methods, then [`Runner::run`] it.
 pub struct Runner<K: Resource<DynamicType = ()> + 'static> {
@@ -64,15 +80,18 @@ where
         }
     }
 
-    /// Queues each key `keys` yields.
-    fn feed<S>(mut self, keys: S) -> Self
+    /// Queues each key `keys` yields, at once or after the settle window (see [`Settle`]).
+    fn feed<S>(mut self, keys: S, settle: Settle) -> Self
     where
         S: Stream<Item = ObjectRef<K>> + Send + 'static,
     {
         let queue = self.queue.clone();
         self.feeds.push(
             keys.for_each(move |key| {
-                queue.add(key);
+                match settle {
+                    Settle::Now => queue.add(key),
+                    Settle::Within(window) => queue.add_after(key, window),
+                }
                 futures::future::ready(())
             })
             .boxed(),
@@ -86,9 +105,12 @@ where
     where
         S: Stream<Item = Result<K, E>> + Send + 'static,
     {
-        self.feed(objects.filter_map(|object| {
-            futures::future::ready(object.ok().map(|o| ObjectRef::from_obj(&o)))
-        }))
+        self.feed(
+            objects.filter_map(|object| {
+                futures::future::ready(object.ok().map(|o| ObjectRef::from_obj(&o)))
+            }),
+            Settle::Now,
+        )
     }
 
     /// Reconciles each object named.
@@ -96,7 +118,15 @@ where
     where
         S: Stream<Item = ObjectRef<K>> + Send + 'static,
     {
-        self.feed(keys)
+        self.feed(keys, Settle::Now)
+    }
+
+    /// Reconciles each object named, `settle` after the first of a burst (see [`Settle`]).
+    pub fn reconcile_settled_on<S>(self, keys: S, settle: Settle) -> Self
+    where
+        S: Stream<Item = ObjectRef<K>> + Send + 'static,
+    {
+        self.feed(keys, settle)
     }
 
     /// Reconciles the objects `mapper` names for each object of another kind's stream.
@@ -111,10 +141,27 @@ where
         I: IntoIterator<Item = ObjectRef<K>>,
         I::IntoIter: Send + 'static,
     {
+        self.watches_stream_settled(related, mapper, Settle::Now)
+    }
+
+    /// [`Runner::watches_stream`], each named object reconciled `settle` after the first of a
+    /// burst of related changes (see [`Settle`]).
+    pub fn watches_stream_settled<T, S, E, I>(
+        self,
+        related: S,
+        mapper: impl Fn(T) -> I + Send + 'static,
+        settle: Settle,
+    ) -> Self
+    where
+        S: Stream<Item = Result<T, E>> + Send + 'static,
+        T: Send + 'static,
+        I: IntoIterator<Item = ObjectRef<K>>,
+        I::IntoIter: Send + 'static,
+    {
         let keys = related
             .filter_map(|object| futures::future::ready(object.ok()))
             .flat_map(move |object| futures::stream::iter(mapper(object)));
-        self.feed(keys)
+        self.feed(keys, settle)
     }
 
     /// Reconciles every cached object each time `all` yields.
@@ -436,6 +483,37 @@ mod tests {
         rec.wait_for(2).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(rec.names(), ["a", "a"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_settled_triggers_is_one_reconcile_a_window_after_the_first() {
+        let (store, _writer) = cached(&["a"]);
+        let rec = Recorder::answering(&[("a", Next::AwaitChange)]);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let window = Duration::from_millis(100);
+        let runner = Runner::new(store).reconcile_settled_on(
+            tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
+            Settle::Within(window),
+        );
+        tokio::spawn(runner.run(2, record, never_retry, rec.clone()));
+        let start = Instant::now();
+        // Two bursts of five triggers 20 ms apart (0..80 ms, 150..230 ms): the later triggers
+        // of a burst do not push its window back.
+        for burst in [0, 150] {
+            tokio::time::sleep_until(start + Duration::from_millis(burst)).await;
+            for _ in 0..5 {
+                tx.send(key("a")).expect("open");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let seen = rec.seen.lock().expect("lock").clone();
+        let at: Vec<Duration> = seen.iter().map(|(_, at)| *at - start).collect();
+        assert_eq!(
+            at,
+            [window, Duration::from_millis(150) + window],
+            "each burst folded into one pass, a window after its first trigger"
+        );
     }
 
     #[tokio::test]
