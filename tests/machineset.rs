@@ -640,3 +640,75 @@ async fn rollback_to_the_previous_revision_rolls_back() {
         "the old set came back as revision 3"
     );
 }
+
+/// A new set the API refuses to create is said where an operator looks: a Warning Event
+/// `MachineSetCreateError` naming the set and the API's answer, and, once the deployment tracks
+/// progress (`progressDeadlineSeconds`), `Progressing False MachineSetCreateError`. When the API
+/// takes creates again, the set is made and the deployment rolls out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_set_the_api_refuses_is_reported_then_created_once_it_accepts() {
+    use k8s_openapi::api::events::v1::Event;
+    use kube_sim::faults::{ErrorRule, FaultConfig};
+
+    let env = Env::start().await;
+    env.cluster.sim.set_faults(FaultConfig {
+        errors: vec![ErrorRule {
+            verbs: vec!["create".into()],
+            resources: vec!["machinesets".into()],
+            rate: 1.0,
+            code: 500,
+            retry_after_seconds: 1,
+        }],
+        ..FaultConfig::default()
+    });
+    env.deployment("pool-a", 2, "c1", json!({})).await;
+    let events: Api<Event> = Api::namespaced(env.cluster.client.clone(), NS);
+    let note = env
+        .until("a Warning Event about the refused create", || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items.into_iter().find_map(|e| {
+                (e.reason.as_deref() == Some("MachineSetCreateError")
+                    && e.type_.as_deref() == Some("Warning"))
+                .then(|| e.note.unwrap_or_default())
+            })
+        })
+        .await;
+    assert!(
+        note.starts_with("Failed to create new machine set \"pool-a-"),
+        "{note}"
+    );
+    env.deployments()
+        .patch(
+            "pool-a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"progressDeadlineSeconds": 600}})),
+        )
+        .await
+        .expect("deadline set");
+    let message = env
+        .until("Progressing False MachineSetCreateError", || async {
+            let d = env.deployments().get("pool-a").await.ok()?;
+            d.status?.conditions?.into_iter().find_map(|c| {
+                (c.reason.as_deref() == Some("MachineSetCreateError")
+                    && c.status == capstan_apis::machine::ConditionStatus::False)
+                    .then(|| c.message.unwrap_or_default())
+            })
+        })
+        .await;
+    assert!(
+        message.starts_with("Failed to create new machine set \"pool-a-"),
+        "{message}"
+    );
+    assert!(env.all_machines().await.is_empty(), "no set, no Machine");
+
+    env.cluster.sim.set_faults(FaultConfig::default());
+    settled(&env, 2, "c1").await;
+    env.until("Progressing True once rolled out", || async {
+        let d = env.deployments().get("pool-a").await.ok()?;
+        d.status?.conditions?.into_iter().find(|c| {
+            c.reason.as_deref() == Some("NewMachineSetAvailable")
+                && c.status == capstan_apis::machine::ConditionStatus::True
+        })
+    })
+    .await;
+}

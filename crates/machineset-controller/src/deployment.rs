@@ -577,11 +577,32 @@ async fn create_new_set(
                 })?;
             Ok(None)
         }
-        Err(source) => Err(Error::CreateSet {
-            deployment: name_of(d),
-            set: set_name,
-            source,
-        }),
+        Err(source) => {
+            // Said where an operator looks (a Warning Event, and the Progressing condition when
+            // progress is tracked), then retried with backoff.
+            let message =
+                machineset_core::deployment::create_failed_message(&set_name, &source.to_string());
+            ctx.event(
+                d,
+                Event::warning(
+                    machineset_core::deployment::reason::MACHINE_SET_CREATE_ERROR,
+                    "Create",
+                    message.clone(),
+                ),
+            )
+            .await;
+            let failed = machineset_core::deployment::create_failed(d, &message, Timestamp::now());
+            if let Some(status) = failed
+                && let Err(error) = write_status(d, &status, ctx).await
+            {
+                tracing::warn!(deployment = %name_of(d), %error, "could not record the failed create in the status");
+            }
+            Err(Error::CreateSet {
+                deployment: name_of(d),
+                set: set_name,
+                source,
+            })
+        }
     }
 }
 

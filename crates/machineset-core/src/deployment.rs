@@ -19,6 +19,8 @@ use crate::ownership::controller_ref;
 pub mod reason {
     pub const NEW_MACHINE_SET_CREATED: &str = "NewMachineSetCreated";
     pub const FOUND_NEW_MACHINE_SET: &str = "FoundNewMachineSet";
+    /// MCM's `FailedISCreateReason`: the reason of the Warning Event and of the condition.
+    pub const MACHINE_SET_CREATE_ERROR: &str = "MachineSetCreateError";
     pub const MACHINE_SET_UPDATED: &str = "MachineSetUpdated";
     pub const NEW_MACHINE_SET_AVAILABLE: &str = "NewMachineSetAvailable";
     pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
@@ -452,10 +454,22 @@ fn progressing(
             progressing(),
             ConditionStatus::True,
             reason::NEW_MACHINE_SET_CREATED,
-            format!("Created new MachineSet \"{name}\""),
+            format!("Created new machine set \"{name}\""),
             now,
         );
         return;
+    }
+    if current.is_none() && observed.new.is_some() {
+        // Progress was not tracked before (a deadline newly set, or a deployment MCM made):
+        // this pass is the first sight of its new set, as `getNewMachineSet` records it.
+        set_condition(
+            status,
+            progressing(),
+            ConditionStatus::True,
+            reason::FOUND_NEW_MACHINE_SET,
+            format!("Found new machine set \"{name}\""),
+            now,
+        );
     }
     let desired = deployment.spec.replicas;
     let complete = status.updated_replicas == desired
@@ -501,6 +515,33 @@ fn progressing(
             );
         }
     }
+}
+
+/// The message of a failed create of the new set (MCM's, with the API error), for the Warning
+/// Event and the condition.
+pub fn create_failed_message(set_name: &str, error: &str) -> String {
+    format!("Failed to create new machine set \"{set_name}\": {error}")
+}
+
+/// The status to write after the new set could not be created: `Progressing False
+/// MachineSetCreateError` with [`create_failed_message`]. `None` without a progress deadline
+/// (MCM records the condition only then; the Warning Event is published either way).
+pub fn create_failed(
+    deployment: &MachineDeployment,
+    message: &str,
+    now: Timestamp,
+) -> Option<MachineDeploymentStatus> {
+    deployment.spec.progress_deadline_seconds?;
+    let mut status = deployment.status.clone().unwrap_or_default();
+    set_condition(
+        &mut status,
+        MachineDeploymentConditionType::Progressing,
+        ConditionStatus::False,
+        reason::MACHINE_SET_CREATE_ERROR,
+        message.to_owned(),
+        now,
+    );
+    Some(status)
 }
 
 /// Old sets past `revisionHistoryLimit` that can go: scaled to 0 with no Machines left, the
@@ -696,6 +737,69 @@ mod tests {
     }
 
     #[test]
+    fn a_new_set_first_seen_without_progress_tracked_is_found() {
+        let mut d = deployment("c1", 3);
+        // The counts the status already holds: nothing moved, nothing complete.
+        d.status = Some(MachineDeploymentStatus {
+            replicas: 4,
+            updated_replicas: 1,
+            ready_replicas: 3,
+            available_replicas: 3,
+            ..MachineDeploymentStatus::default()
+        });
+        let all = [counts(3, 3, 3), counts(1, 0, 0)];
+        let observed = Observed {
+            new: Some(("pool-a-new", all[1])),
+            created_new: false,
+            all: &all,
+            failed: vec![],
+            max_unavailable: 0,
+            now: at(100),
+        };
+        let p = progressing(&status(&d, &observed));
+        assert_eq!(
+            (p.status, p.reason.as_deref(), p.message.as_deref()),
+            (
+                ConditionStatus::True,
+                Some(reason::FOUND_NEW_MACHINE_SET),
+                Some("Found new machine set \"pool-a-new\"")
+            )
+        );
+        // Without a progress deadline MCM tracks no progress at all.
+        d.spec.progress_deadline_seconds = None;
+        assert!(
+            status(&d, &observed)
+                .conditions
+                .iter()
+                .flatten()
+                .all(|c| c.type_ != MachineDeploymentConditionType::Progressing)
+        );
+    }
+
+    #[test]
+    fn a_failed_create_of_the_new_set_is_progressing_false_with_the_api_error() {
+        let d = deployment("c1", 3);
+        let message = create_failed_message("pool-a-1a2b3", "admission webhook denied the request");
+        assert_eq!(
+            message,
+            "Failed to create new machine set \"pool-a-1a2b3\": admission webhook denied the request"
+        );
+        let st = create_failed(&d, &message, at(100)).expect("a deadline is set");
+        let p = progressing(&st);
+        assert_eq!(
+            (p.status, p.reason.as_deref(), p.message.as_deref()),
+            (
+                ConditionStatus::False,
+                Some(reason::MACHINE_SET_CREATE_ERROR),
+                Some(message.as_str())
+            )
+        );
+        let mut no_deadline = d;
+        no_deadline.spec.progress_deadline_seconds = None;
+        assert!(create_failed(&no_deadline, &message, at(100)).is_none());
+    }
+
+    #[test]
     fn status_and_conditions_through_a_roll() {
         let mut d = deployment("c1", 3);
         let all = [counts(3, 3, 3), counts(1, 0, 0)];
@@ -723,7 +827,7 @@ mod tests {
         assert_eq!(p.reason.as_deref(), Some(reason::NEW_MACHINE_SET_CREATED));
         assert_eq!(
             p.message.as_deref(),
-            Some("Created new MachineSet \"pool-a-new\"")
+            Some("Created new machine set \"pool-a-new\"")
         );
         d.status = Some(st);
 
