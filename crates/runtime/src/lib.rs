@@ -6,7 +6,9 @@
 //! with a controller loop on it for controllers whose hand-offs are on a latency path
 //! ([`runner`]). The controller kit ([`controller`]) puts them together for every binary, with
 //! traced API and gRPC requests ([`http_trace`]), Events ([`events`]), API error questions
-//! ([`kube_errors`]) and poison-tolerant locks ([`sync`]).
+//! ([`kube_errors`]) and poison-tolerant locks ([`sync`]). [`sharding`] splits one controller's
+//! objects among active-active replicas: a Lease per shard, a sharder labelling each object with
+//! its shard, drains for handovers.
 //!
 //! A binary wires them in this order: parse [`cli::CommonArgs`], [`telemetry::init`], register
 //! metrics on a `prometheus_client` registry, [`service::Service::start`] (admin server + leader
@@ -29,6 +31,7 @@ pub mod own_writes;
 pub mod patch;
 pub mod runner;
 pub mod service;
+pub mod sharding;
 pub mod shutdown;
 pub mod sync;
 pub mod telemetry;
