@@ -49,6 +49,11 @@ pub struct Args {
     /// not one each (`0s`: every change at once). Its own spec changes are handled at once.
     #[arg(long, env = "SETTLE_WINDOW", default_value = "100ms", value_parser = parse_duration)]
     pub settle_window: Duration,
+    /// While a set's or deployment's Machines are being created, starting or deleted, its changed
+    /// status is written at most once per this window (a reader sees it at most this old); at
+    /// rest, and on a failure, at once (`0s`: every change at once).
+    #[arg(long, env = "STATUS_BATCH_WINDOW", default_value = "2s", value_parser = parse_duration)]
+    pub status_batch_window: Duration,
 
     /// Retry after a write conflict.
     #[arg(long, env = "CONFLICT_RETRY", default_value = "200ms", value_parser = parse_duration)]

@@ -11,6 +11,7 @@ use capstan_runtime::events::{Event, EventPublisher};
 use capstan_runtime::leader::LeaderHandle;
 use capstan_runtime::own_writes::OwnWrites;
 use capstan_runtime::runner::Next;
+use capstan_runtime::status_batch::StatusBatches;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource};
@@ -38,6 +39,8 @@ pub struct Context {
     pub caches_ready: Arc<AtomicBool>,
     /// Periodic resync of every object.
     pub resync: Duration,
+    /// Status writes of sets and deployments held back while their Machines are changing.
+    pub status_batches: StatusBatches,
     names: (RandomState, AtomicU64),
 }
 
@@ -55,6 +58,7 @@ impl Context {
         leader: LeaderHandle,
         caches_ready: Arc<AtomicBool>,
         resync: Duration,
+        status_batch_window: Duration,
     ) -> Self {
         Self {
             events: EventPublisher::new(client.clone(), crate::SERVICE_NAME),
@@ -69,6 +73,7 @@ impl Context {
             leader,
             caches_ready,
             resync,
+            status_batches: StatusBatches::new(status_batch_window),
             names: (RandomState::new(), AtomicU64::new(0)),
         }
     }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use capstan_apis::machine::{
     ANNOTATION_DESIRED_REPLICAS, ANNOTATION_MACHINE_PRIORITY, ANNOTATION_MAX_REPLICAS,
@@ -16,6 +16,7 @@ use capstan_apis::selector::Selector;
 use capstan_runtime::controller::Target;
 use capstan_runtime::events::Event;
 use capstan_runtime::runner::Next;
+use capstan_runtime::status_batch::Batch;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use machineset_core::Timestamp;
@@ -200,8 +201,23 @@ async fn reconcile_inner(d: &MachineDeployment, ctx: &Context) -> Result<Next, E
         now: Timestamp::now(),
     };
     let status = machineset_core::deployment::status(&d, &observed);
-    write_status(&d, &status, ctx).await?;
-    Ok(next_pass(&d, &status, ctx))
+    // Busy while any set's Machines are still changing (its spec as this pass left it).
+    let busy = sets.iter().any(|s| {
+        let fresh = ctx.sets.get(&ObjectRef::from_obj(&**s));
+        let replicas = fresh.as_deref().unwrap_or(s).spec.replicas;
+        !counts_of(s).settled(replicas)
+    });
+    let held = write_status(&d, &status, busy, ctx).await?;
+    Ok(sooner(next_pass(&d, &status, ctx), held))
+}
+
+/// `next`, or `held` if that is sooner: a status held back is written when its batch is due.
+pub(crate) fn sooner(next: Next, held: Option<Duration>) -> Next {
+    match (next, held) {
+        (_, None) => next,
+        (Next::Requeue(after), Some(held)) => Next::Requeue(after.min(held)),
+        (Next::AwaitChange, Some(held)) => Next::Requeue(held),
+    }
 }
 
 async fn ensure_finalizer(
@@ -238,6 +254,8 @@ async fn finish_deletion(d: &MachineDeployment, ctx: &Context) -> Result<Next, E
         .filter(|s| controller_of(&s.metadata).is_some_and(|r| r.uid == uid))
         .collect();
     if owned.is_empty() {
+        // Going: no status is written again.
+        ctx.status_batches.written(&uid);
         if let Some(list) = finalizers_without(&d.metadata, FINALIZER_MCM) {
             let api = ctx.deployments_api();
             capstan_runtime::patch::finalizers(&api, &d.metadata, list)
@@ -593,7 +611,7 @@ async fn create_new_set(
             .await;
             let failed = machineset_core::deployment::create_failed(d, &message, Timestamp::now());
             if let Some(status) = failed
-                && let Err(error) = write_status(d, &status, ctx).await
+                && let Err(error) = write_status(d, &status, false, ctx).await
             {
                 tracing::warn!(deployment = %name_of(d), %error, "could not record the failed create in the status");
             }
@@ -878,11 +896,14 @@ async fn delete_set(d: &MachineDeployment, set: &MachineSet, ctx: &Context) -> R
     }
 }
 
+/// Writes a changed status, unless the deployment is `busy` and its batch is not due: then the
+/// delay until it is (see `status_batch`).
 async fn write_status(
     d: &MachineDeployment,
     status: &capstan_apis::machine::MachineDeploymentStatus,
+    busy: bool,
     ctx: &Context,
-) -> Result<(), Error> {
+) -> Result<Option<Duration>, Error> {
     let name = name_of(d);
     let encode = |source| Error::Encode {
         what: format!("the status of machine deployment {name}"),
@@ -890,10 +911,15 @@ async fn write_status(
     };
     let old = serde_json::to_value(d.status.clone().unwrap_or_default()).map_err(encode)?;
     let new = serde_json::to_value(status).map_err(encode)?;
+    let uid = d.metadata.uid.as_deref().unwrap_or_default();
     // Nothing changed: nothing is written, and the cached object stays what later passes read.
     let Some(diff) = capstan_runtime::patch::status_diff(&old, &new) else {
-        return Ok(());
+        ctx.status_batches.written(uid);
+        return Ok(None);
     };
+    if let Batch::WriteIn(after) = ctx.status_batches.changed(uid, busy, Instant::now()) {
+        return Ok(Some(after));
+    }
     let api = ctx.deployments_api();
     ctx.deployments
         .write(d, capstan_runtime::patch::status(&api, &d.metadata, &diff))
@@ -903,7 +929,8 @@ async fn write_status(
             name: name.clone(),
             source,
         })?;
-    Ok(())
+    ctx.status_batches.written(uid);
+    Ok(None)
 }
 
 /// While a rollout with a deadline is unfinished, look again when the deadline would pass;

@@ -88,6 +88,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 },
                 resync: args.resync,
                 settle_window: args.settle_window,
+                status_batch_window: args.status_batch_window,
                 safety: safety::SafetyConfig {
                     period: args.machine_safety_overshooting_period,
                     up: args.safety_up,
@@ -115,6 +116,8 @@ pub struct Wiring {
     pub resync: Duration,
     /// See [`Args::settle_window`].
     pub settle_window: Duration,
+    /// See [`Args::status_batch_window`].
+    pub status_batch_window: Duration,
     pub safety: safety::SafetyConfig,
 }
 
@@ -162,6 +165,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         w.leader.clone(),
         caches_ready.clone(),
         w.resync,
+        w.status_batch_window,
     ));
     let gates = Gates {
         leader: w.leader.clone(),

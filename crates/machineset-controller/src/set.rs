@@ -2,7 +2,7 @@
 //! status. The decisions are `machineset_core::set`'s; this module reads caches and writes.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use capstan_apis::machine::{FINALIZER_MCM, Machine, MachineSet};
 use capstan_apis::meta::{finalizers_with, finalizers_without};
@@ -10,12 +10,15 @@ use capstan_apis::selector::Selector;
 use capstan_runtime::controller::Target;
 use capstan_runtime::events::Event;
 use capstan_runtime::runner::Next;
+use capstan_runtime::status_batch::Batch;
 use futures::future::join_all;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use machineset_core::Timestamp;
 use machineset_core::machines::is_ready;
 use machineset_core::ownership::{Claim, Owner, claim, controller_ref};
-use machineset_core::set::{ReplicaPlan, machine_name, plan_replicas, selector_of, status};
+use machineset_core::set::{
+    ReplicaPlan, is_busy, machine_name, plan_replicas, selector_of, status,
+};
 use serde_json::json;
 
 use crate::context::Context;
@@ -64,10 +67,13 @@ async fn reconcile_inner(set: &MachineSet, ctx: &Context) -> Result<Next, Error>
     let owned = owned_machines(&set, ctx);
     let machines: Vec<&Machine> = owned.iter().map(|m| &**m).collect();
     let failure = result.as_ref().err().map(ToString::to_string);
-    write_status(&set, &machines, failure.as_deref(), ctx).await?;
+    let held = write_status(&set, &machines, failure.as_deref(), ctx).await?;
     ctx.wake_owner_of(&set);
     result?;
-    Ok(next_pass(&set, &machines, ctx))
+    Ok(crate::deployment::sooner(
+        next_pass(&set, &machines, ctx),
+        held,
+    ))
 }
 
 async fn ensure_finalizer(set: &MachineSet, ctx: &Context) -> Result<MachineSet, Error> {
@@ -334,6 +340,9 @@ async fn finish_deletion(
     ctx: &Context,
 ) -> Result<Next, Error> {
     if owned.is_empty() {
+        // Going: no status is written again.
+        ctx.status_batches
+            .written(set.metadata.uid.as_deref().unwrap_or_default());
         if let Some(list) = finalizers_without(&set.metadata, FINALIZER_MCM) {
             let api = ctx.sets_api();
             capstan_runtime::patch::finalizers(&api, &set.metadata, list)
@@ -358,9 +367,10 @@ async fn write_status(
     machines: &[&Machine],
     failure: Option<&str>,
     ctx: &Context,
-) -> Result<(), Error> {
+) -> Result<Option<Duration>, Error> {
     let name = set.metadata.name.clone().unwrap_or_default();
-    let new = status(set, machines, failure, Timestamp::now());
+    let now = Timestamp::now();
+    let new = status(set, machines, failure, now);
     let encode = |source| Error::Encode {
         what: format!("the status of machine set {name}"),
         source,
@@ -368,9 +378,16 @@ async fn write_status(
     let old = serde_json::to_value(set.status.clone().unwrap_or_default()).map_err(encode)?;
     let new = serde_json::to_value(&new).map_err(encode)?;
     // Nothing changed: nothing is written, and the cached object stays what later passes read.
+    let uid = set.metadata.uid.as_deref().unwrap_or_default();
     let Some(diff) = capstan_runtime::patch::status_diff(&old, &new) else {
-        return Ok(());
+        ctx.status_batches.written(uid);
+        return Ok(None);
     };
+    // A failure is said at once; counts of Machines still changing wait for their batch.
+    let busy = failure.is_none() && is_busy(set, machines, now);
+    if let Batch::WriteIn(after) = ctx.status_batches.changed(uid, busy, Instant::now()) {
+        return Ok(Some(after));
+    }
     let api = ctx.sets_api();
     ctx.sets
         .write(
@@ -383,7 +400,8 @@ async fn write_status(
             name,
             source,
         })?;
-    Ok(())
+    ctx.status_batches.written(uid);
+    Ok(None)
 }
 
 /// When to look again: when a Running Machine will have been ready for `minReadySeconds`, else

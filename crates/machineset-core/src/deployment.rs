@@ -300,6 +300,14 @@ pub struct MachineCounts {
     pub available: i32,
 }
 
+impl MachineCounts {
+    /// Every Machine of a set of `replicas` exists, none is going and all are available: nothing
+    /// about the set is about to change.
+    pub fn settled(&self, replicas: i32) -> bool {
+        self.existing == replicas && self.live == replicas && self.available == replicas
+    }
+}
+
 /// Everything a deployment's status is computed from.
 pub struct Observed<'a> {
     /// The new set's name and counts, if it exists.

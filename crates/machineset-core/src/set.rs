@@ -270,6 +270,17 @@ pub fn status(
 /// **Decision:** named by us rather than by the API server (MCM sends `generateName`) so that
 /// the create can be recorded before its watch event arrives and a retried create cannot make a
 /// second Machine under another name.
+/// Whether a set's Machines are still changing: fewer or more than its replicas, or one not yet
+/// available or being deleted. A busy set's status is about to change again, so its writes may
+/// be batched (`capstan_runtime::status_batch`).
+pub fn is_busy(set: &MachineSet, owned: &[&Machine], now: Timestamp) -> bool {
+    let min_ready = Duration::from_secs(u64::try_from(set.spec.min_ready_seconds).unwrap_or(0));
+    usize::try_from(set.spec.replicas).ok() != Some(owned.len())
+        || owned
+            .iter()
+            .any(|m| is_terminating(m) || !is_available(m, min_ready, now))
+}
+
 pub fn machine_name(set: &str, entropy: u64) -> String {
     let base = NAME_ALPHABET.len() as u64;
     let mut rest = entropy;
@@ -338,6 +349,20 @@ mod tests {
 
     fn running(name: &str) -> Machine {
         machine(name, Some(MachinePhase::Running))
+    }
+
+    #[test]
+    fn a_set_is_busy_until_its_replicas_are_all_available_and_none_is_deleting() {
+        let now = at(1000);
+        let (a, b) = (running("a"), running("b"));
+        assert!(!is_busy(&set(2), &[&a, &b], now), "at rest");
+        assert!(is_busy(&set(3), &[&a, &b], now), "one to create");
+        assert!(is_busy(&set(1), &[&a, &b], now), "one to delete");
+        let pending = machine("c", Some(MachinePhase::Pending));
+        assert!(is_busy(&set(2), &[&a, &pending], now), "one starting");
+        let mut deleting = running("d");
+        deleting.metadata.deletion_timestamp = Some(Time(now));
+        assert!(is_busy(&set(2), &[&a, &deleting], now), "one going");
     }
 
     #[test]

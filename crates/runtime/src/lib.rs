@@ -6,7 +6,8 @@
 //! with a controller loop on it for controllers whose hand-offs are on a latency path
 //! ([`runner`]). The controller kit ([`controller`]) puts them together for every binary, with
 //! traced API and gRPC requests ([`http_trace`]), Events ([`events`]), API error questions
-//! ([`kube_errors`]) and poison-tolerant locks ([`sync`]). [`sharding`] splits one controller's
+//! ([`kube_errors`]), status writes batched while an object is busy ([`status_batch`]) and
+//! poison-tolerant locks ([`sync`]). [`sharding`] splits one controller's
 //! objects among active-active replicas: a Lease per shard, a sharder labelling each object with
 //! its shard, drains for handovers.
 //!
@@ -33,6 +34,7 @@ pub mod runner;
 pub mod service;
 pub mod sharding;
 pub mod shutdown;
+pub mod status_batch;
 pub mod sync;
 pub mod telemetry;
 pub mod workqueue;
