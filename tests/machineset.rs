@@ -331,6 +331,34 @@ async fn assert_sets_after_roll(env: &Env, class: &str, replicas: i32) {
     assert_eq!(new.len(), 1, "{sets:?}");
     assert_eq!(new[0].spec.replicas, replicas);
     assert!(old.iter().all(|s| s.spec.replicas == 0), "{old:?}");
+    // Statuses held back while Machines changed are written once they settle.
+    env.until("the statuses report the settled roll", || async {
+        let sets = env.sets().list(&ListParams::default()).await.ok()?.items;
+        let sets_settled = sets.iter().all(|s| {
+            let st = s.status.clone().unwrap_or_default();
+            st.replicas == s.spec.replicas
+                && st.ready_replicas == s.spec.replicas
+                && st.available_replicas == s.spec.replicas
+        });
+        let deployments = env
+            .deployments()
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items;
+        let deployments_settled = deployments.iter().all(|d| {
+            let st = d.status.clone().unwrap_or_default();
+            let want = d.spec.replicas;
+            (
+                st.replicas,
+                st.updated_replicas,
+                st.available_replicas,
+                st.unavailable_replicas,
+            ) == (want, want, want, 0)
+        });
+        (sets_settled && deployments_settled).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

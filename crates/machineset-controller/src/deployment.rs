@@ -208,16 +208,8 @@ async fn reconcile_inner(d: &MachineDeployment, ctx: &Context) -> Result<Next, E
         !counts_of(s).settled(replicas)
     });
     let held = write_status(&d, &status, busy, ctx).await?;
-    Ok(sooner(next_pass(&d, &status, ctx), held))
-}
-
-/// `next`, or `held` if that is sooner: a status held back is written when its batch is due.
-pub(crate) fn sooner(next: Next, held: Option<Duration>) -> Next {
-    match (next, held) {
-        (_, None) => next,
-        (Next::Requeue(after), Some(held)) => Next::Requeue(after.min(held)),
-        (Next::AwaitChange, Some(held)) => Next::Requeue(held),
-    }
+    // A status held back is written when its batch is due.
+    Ok(next_pass(&d, &status, ctx).sooner(held))
 }
 
 async fn ensure_finalizer(

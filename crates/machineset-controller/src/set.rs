@@ -70,10 +70,8 @@ async fn reconcile_inner(set: &MachineSet, ctx: &Context) -> Result<Next, Error>
     let held = write_status(&set, &machines, failure.as_deref(), ctx).await?;
     ctx.wake_owner_of(&set);
     result?;
-    Ok(crate::deployment::sooner(
-        next_pass(&set, &machines, ctx),
-        held,
-    ))
+    // A status held back is written when its batch is due.
+    Ok(next_pass(&set, &machines, ctx).sooner(held))
 }
 
 async fn ensure_finalizer(set: &MachineSet, ctx: &Context) -> Result<MachineSet, Error> {

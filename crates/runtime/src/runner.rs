@@ -33,6 +33,16 @@ pub enum Next {
 }
 
 impl Next {
+    /// This, or a requeue after `other` if that comes sooner (`None`: no other deadline), e.g.
+    /// a pass's own next look and a status write held back (`status_batch`).
+    pub fn sooner(self, other: Option<Duration>) -> Self {
+        match (self, other) {
+            (_, None) => self,
+            (Self::Requeue(after), Some(other)) => Self::Requeue(after.min(other)),
+            (Self::AwaitChange, Some(other)) => Self::Requeue(other),
+        }
+    }
+
     fn delay(self) -> Option<Duration> {
         match self {
             Self::AwaitChange => None,
@@ -483,6 +493,15 @@ mod tests {
         rec.wait_for(2).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(rec.names(), ["a", "a"]);
+    }
+
+    #[test]
+    fn sooner_takes_the_earlier_deadline() {
+        let (one, two) = (Duration::from_secs(1), Duration::from_secs(2));
+        assert_eq!(Next::Requeue(two).sooner(Some(one)), Next::Requeue(one));
+        assert_eq!(Next::Requeue(one).sooner(Some(two)), Next::Requeue(one));
+        assert_eq!(Next::AwaitChange.sooner(Some(two)), Next::Requeue(two));
+        assert_eq!(Next::AwaitChange.sooner(None), Next::AwaitChange);
     }
 
     #[tokio::test(start_paused = true)]
