@@ -22,7 +22,8 @@
 //! (objects as serialized JSON, one resourceVersion counter, event history, broadcast to
 //! watches; with a data directory `persistence` logs each event before it is applied,
 //! `commit_log` fsyncs the log once per batch of concurrent writes before their responses go
-//! out, and `snapshot` compacts the log). `workloads` reacts to store events as the
+//! out, and `snapshot` compacts the log; the store offers each change to the write `journal`
+//! once a test journals its resource). `workloads` reacts to store events as the
 //! controllers and kubelet would. Errors are `error::ApiError`, rendered as kube-apiserver's
 //! `Status`.
 
@@ -36,6 +37,7 @@ pub mod defaults;
 pub mod error;
 pub mod faults;
 mod http;
+pub mod journal;
 pub mod kubelet;
 pub mod patch;
 pub mod persistence;
@@ -55,4 +57,5 @@ pub mod util;
 pub mod validation;
 pub mod workloads;
 
+pub use journal::ObjectWrite;
 pub use server::{Config, Error, KubeSim};

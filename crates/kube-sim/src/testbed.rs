@@ -593,6 +593,35 @@ impl crate::KubeSim {
         self.testbed.counters.reset();
     }
 
+    /// Starts journaling every later successful write of resource `group`/`resource` ("" group:
+    /// core; the plural, as in `("slo.koordinator.sh", "nodeslos")`): each object a write
+    /// changed, with the writer's User-Agent and the object's labels before and after (see
+    /// [`crate::ObjectWrite`]). Adds to the resources journaled before; clears nothing.
+    pub fn journal_writes(&self, group: &str, resource: &str) {
+        let mut cluster = self.testbed.shared.lock();
+        cluster
+            .store
+            .start_journal()
+            .journal((group.to_string(), resource.to_string()));
+    }
+
+    /// A copy of the writes journaled since the start or the last clear, in `seq` order.
+    pub fn object_writes(&self) -> Vec<crate::ObjectWrite> {
+        let cluster = self.testbed.shared.lock();
+        cluster
+            .store
+            .journal()
+            .map(|j| j.writes().to_vec())
+            .unwrap_or_default()
+    }
+
+    /// Forgets the journaled writes (the journaled resources stay; `seq` goes on).
+    pub fn clear_object_writes(&self) {
+        if let Some(journal) = self.testbed.shared.lock().store.journal_mut() {
+            journal.clear();
+        }
+    }
+
     /// Replaces the fault configuration (and restarts its random sequence).
     pub fn set_faults(&self, config: FaultConfig) {
         self.testbed.configure_faults(config);

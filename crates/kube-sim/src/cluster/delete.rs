@@ -317,6 +317,10 @@ impl Cluster {
                 items.push((*obj).clone());
                 continue;
             }
+            // Each item is the request's own write in turn; what its deletion collects is not.
+            if let Some(journal) = self.store.journal_mut() {
+                journal.target(&info.storage_key(), &(n.clone(), name.clone()));
+            }
             if let Some(v) = self.delete_object(
                 info,
                 &info.storage_key(),

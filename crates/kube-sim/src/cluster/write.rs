@@ -66,6 +66,10 @@ impl Cluster {
         if opts.dry_run {
             return Ok((body, None));
         }
+        // The name may be generated: only here is the request's object known.
+        if let Some(journal) = self.store.journal_mut() {
+            journal.target(&key, &Self::obj_key_for(info, &ns, &name));
+        }
         let (created, json) = self.store.put_stored(&key, body);
         self.rebuild_registry_if_crd(info);
         if convert::needs_conversion(info, &created) {

@@ -24,6 +24,7 @@ use response::{
 
 use crate::cluster::{DeleteOptions, PatchType, PreparedCreate, Sub};
 use crate::error::ApiError;
+use crate::journal::WriteRequest;
 use crate::registry::ResourceInfo;
 use crate::request_info::RequestInfo;
 use crate::shared::Shared;
@@ -228,6 +229,20 @@ fn resource_request(
         Some("status") => Sub::Status,
         _ => Sub::Main,
     };
+    // A write as the write journal records it; only called while a resource is journaled.
+    let journaled = |verb: &'static str, name: Option<&str>| WriteRequest {
+        verb,
+        subresource: rp.sub.clone().unwrap_or_default(),
+        user_agent: headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string(),
+        target: name.map(|name| {
+            let ns = if info.namespaced { ns.as_str() } else { "" };
+            (info.storage_key(), (ns.to_string(), name.to_string()))
+        }),
+    };
     match (method, &rp.name) {
         (&Method::GET, None) if rp.watch => watch(shared, info, rp, query, accept),
         (&Method::GET, None) => {
@@ -266,7 +281,11 @@ fn resource_request(
             let opts = write_options(query, headers, false);
             // Everything that reads nothing of the cluster happens before its lock is taken.
             let prepared = PreparedCreate::new(info, &ns, body, &opts, shared.random())?;
-            let (created, stored) = write(shared, |c| c.create_prepared(info, prepared, &opts))?;
+            let (created, stored) = write(
+                shared,
+                || journaled("create", None),
+                |c| c.create_prepared(info, prepared, &opts),
+            )?;
             let response = match stored {
                 // The JSON the store wrote is the answer: not serialized again.
                 Some(json) if is_plain_json(accept) => {
@@ -277,9 +296,11 @@ fn resource_request(
             Ok(with_warnings(response, &warnings))
         }
         (&Method::POST, Some(name)) if rp.sub.as_deref() == Some("eviction") => {
-            write(shared, |c| {
-                c.delete(info, &ns, name, &DeleteOptions::default())
-            })?;
+            write(
+                shared,
+                || journaled("delete", Some(name)),
+                |c| c.delete(info, &ns, name, &DeleteOptions::default()),
+            )?;
             Ok(json_response(
                 201,
                 &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
@@ -295,18 +316,26 @@ fn resource_request(
             let opts = write_options(query, headers, false);
             if rp.sub.as_deref() == Some("scale") {
                 let replicas = body["spec"]["replicas"].clone();
-                let obj = write(shared, |cluster| {
-                    let cur = cluster.get(info, &ns, name)?;
-                    let mut updated = (*cur).clone();
-                    updated["spec"]["replicas"] = replicas;
-                    if let Some(rv) = body["metadata"]["resourceVersion"].as_str() {
-                        updated["metadata"]["resourceVersion"] = json!(rv);
-                    }
-                    cluster.update(info, &ns, name, updated, Sub::Main, &opts)
-                })?;
+                let obj = write(
+                    shared,
+                    || journaled("update", Some(name)),
+                    |cluster| {
+                        let cur = cluster.get(info, &ns, name)?;
+                        let mut updated = (*cur).clone();
+                        updated["spec"]["replicas"] = replicas;
+                        if let Some(rv) = body["metadata"]["resourceVersion"].as_str() {
+                            updated["metadata"]["resourceVersion"] = json!(rv);
+                        }
+                        cluster.update(info, &ns, name, updated, Sub::Main, &opts)
+                    },
+                )?;
                 return Ok(json_response(200, &scale_of(&obj)));
             }
-            let obj = write(shared, |c| c.update(info, &ns, name, body, sub, &opts))?;
+            let obj = write(
+                shared,
+                || journaled("update", Some(name)),
+                |c| c.update(info, &ns, name, body, sub, &opts),
+            )?;
             Ok(with_warnings(
                 object_response(200, info, &obj, accept, query),
                 &warnings,
@@ -326,22 +355,29 @@ fn resource_request(
             };
             let opts = write_options(query, headers, pt == PatchType::Apply);
             if rp.sub.as_deref() == Some("scale") {
-                let obj = write(shared, |cluster| {
-                    let cur = cluster.get(info, &ns, name)?;
-                    let mut scale = scale_of(&cur);
-                    match pt {
-                        PatchType::Json => crate::patch::json_patch(&mut scale, &patch),
-                        _ => crate::patch::merge_patch(&mut scale, &patch),
-                    }
-                    .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
-                    let mut updated = (*cur).clone();
-                    updated["spec"]["replicas"] = scale["spec"]["replicas"].clone();
-                    cluster.update(info, &ns, name, updated, Sub::Main, &opts)
-                })?;
+                let obj = write(
+                    shared,
+                    || journaled("patch", Some(name)),
+                    |cluster| {
+                        let cur = cluster.get(info, &ns, name)?;
+                        let mut scale = scale_of(&cur);
+                        match pt {
+                            PatchType::Json => crate::patch::json_patch(&mut scale, &patch),
+                            _ => crate::patch::merge_patch(&mut scale, &patch),
+                        }
+                        .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
+                        let mut updated = (*cur).clone();
+                        updated["spec"]["replicas"] = scale["spec"]["replicas"].clone();
+                        cluster.update(info, &ns, name, updated, Sub::Main, &opts)
+                    },
+                )?;
                 return Ok(json_response(200, &scale_of(&obj)));
             }
-            let (obj, created) =
-                write(shared, |c| c.patch(info, &ns, name, pt, &patch, sub, &opts))?;
+            let (obj, created) = write(
+                shared,
+                || journaled("patch", Some(name)),
+                |c| c.patch(info, &ns, name, pt, &patch, sub, &opts),
+            )?;
             Ok(with_warnings(
                 object_response(if created { 201 } else { 200 }, info, &obj, accept, query),
                 &warnings,
@@ -349,7 +385,11 @@ fn resource_request(
         }
         (&Method::DELETE, Some(name)) => {
             let opts = delete_options(query, headers, body)?;
-            let obj = write(shared, |c| c.delete(info, &ns, name, &opts))?;
+            let obj = write(
+                shared,
+                || journaled("delete", Some(name)),
+                |c| c.delete(info, &ns, name, &opts),
+            )?;
             let pending = !obj["metadata"]["deletionTimestamp"].is_null()
                 && obj["metadata"]["finalizers"]
                     .as_array()
@@ -368,9 +408,12 @@ fn resource_request(
         (&Method::DELETE, None) => {
             let opts = delete_options(query, headers, body)?;
             let list = list_options(info, query)?;
-            let result = write(shared, |c| {
-                c.delete_collection(info, rp.namespace.as_deref(), &list, &opts)
-            })?;
+            // Each item is named by the cluster as it deletes it.
+            let result = write(
+                shared,
+                || journaled("delete", None),
+                |c| c.delete_collection(info, rp.namespace.as_deref(), &list, &opts),
+            )?;
             Ok(json_response(200, &result))
         }
         _ => Err(ApiError::method_not_allowed(
@@ -381,19 +424,28 @@ fn resource_request(
 
 /// Runs a write under the cluster lock. A write the store could not make durable (persistence
 /// refused its event) fails the request with a 500: nothing is acknowledged that a restart
-/// would not find.
+/// would not find. While a resource is journaled, the write journal sees the request as
+/// `journaled` describes it and records its changes if it succeeds.
 fn write<T>(
     shared: &Shared,
+    journaled: impl FnOnce() -> WriteRequest,
     op: impl FnOnce(&mut crate::cluster::Cluster) -> Result<T, ApiError>,
 ) -> Result<T, ApiError> {
     let mut cluster = shared.lock();
     // A refusal left by a background write (workload simulation) is not this request's.
     let _ = cluster.store.take_failure();
+    if let Some(journal) = cluster.store.journal_mut() {
+        journal.begin(journaled());
+    }
     let done = op(&mut cluster);
-    match cluster.store.take_failure() {
+    let done = match cluster.store.take_failure() {
         Some(why) => Err(ApiError::internal(why)),
         None => done,
+    };
+    if let Some(journal) = cluster.store.journal_mut() {
+        journal.end(done.is_ok());
     }
+    done
 }
 
 /// Field validation hook (`crate::validation`): built-in kinds are checked against their

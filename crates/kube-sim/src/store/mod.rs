@@ -104,6 +104,8 @@ pub struct Store {
     compactor: Option<Compactor>,
     /// Trees of the objects read through `list_values` (the workload simulation's kinds).
     decoded: decoded::DecodedCache,
+    /// The object write journal, once a test journals a resource (see `crate::journal`).
+    journal: Option<crate::journal::Journal>,
 }
 
 impl Store {
@@ -122,7 +124,23 @@ impl Store {
             failure: None,
             compactor: None,
             decoded: decoded::DecodedCache::default(),
+            journal: None,
         }
+    }
+
+    /// The write journal, started empty on first use.
+    pub fn start_journal(&mut self) -> &mut crate::journal::Journal {
+        self.journal.get_or_insert_with(Default::default)
+    }
+
+    /// The write journal, if one was started.
+    pub fn journal(&self) -> Option<&crate::journal::Journal> {
+        self.journal.as_ref()
+    }
+
+    /// The write journal, if one was started (a write request opens and closes its entry here).
+    pub fn journal_mut(&mut self) -> Option<&mut crate::journal::Journal> {
+        self.journal.as_mut()
     }
 
     /// Installs the hook that sees the store after every later change.
@@ -343,6 +361,9 @@ impl Store {
             return false;
         }
         self.rv = event.rv;
+        if let Some(journal) = &mut self.journal {
+            journal.observe(&event);
+        }
         if self.history.len() >= self.history_cap
             && let Some(old) = self.history.pop_front()
         {

@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod flags;
+mod journal;
 mod persistence;
 mod rbac;
 mod rbac_over_tls;
