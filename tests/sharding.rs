@@ -351,7 +351,7 @@ async fn a_joining_shard_gets_its_objects_only_after_their_old_owners_release_th
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cleanly_released_shard_hands_its_objects_over_at_once() {
     let cluster = SimCluster::start().await;
-    // Long Leases: the expiry path would take at least 2 * 5 s.
+    // Long Leases: the expiry path would take at least 5 s + the grace.
     let _a = start_shard(&cluster, "shard-0", 5).await;
     let _b = start_shard(&cluster, "shard-1", 5).await;
     let leaving = start_shard(&cluster, "shard-2", 5).await;

@@ -417,7 +417,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         pod_stream.inspect_ok(move |p: &Pod| pod_changed(pods_world.gateways_of_pod(p)));
 
     let gates = Gates {
-        leader: w.leader.clone(),
+        work_allowed: w.leader.subscribe(),
         caches_synced: synced_rx,
         shutdown: w.shutdown.clone(),
     };

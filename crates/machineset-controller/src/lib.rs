@@ -168,7 +168,7 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         w.status_batch_window,
     ));
     let gates = Gates {
-        leader: w.leader.clone(),
+        work_allowed: w.leader.subscribe(),
         caches_synced: synced_rx,
         shutdown: w.shutdown.clone(),
     };

@@ -187,7 +187,7 @@ impl CommonArgs {
             }
             None => kube::Config::infer().await?,
         };
-        let agent = user_agent(name);
+        let agent = user_agent_of(name, &self.leader.holder_identity());
         if let Ok(value) = http::HeaderValue::from_str(&agent) {
             config.headers.push((http::header::USER_AGENT, value));
         }
@@ -202,6 +202,54 @@ impl CommonArgs {
 /// `<binary>/<version>`: the User-Agent of every Capstan binary's clients.
 pub fn user_agent(binary: &str) -> String {
     format!("{binary}/{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// `<binary>/<version> (<identity>)`: the User-Agent with the replica's identity (the pod name) as
+/// a comment, so that kube-sim's accounting and audit logs tell the replicas of one controller
+/// apart; the product before `/` (what request accounting groups by) is unchanged.
+pub fn user_agent_of(binary: &str, identity: &str) -> String {
+    let comment: String = identity
+        .chars()
+        .filter(|c| c.is_ascii_graphic() && !matches!(c, '(' | ')' | '\\'))
+        .collect();
+    if comment.is_empty() {
+        user_agent(binary)
+    } else {
+        format!("{} ({comment})", user_agent(binary))
+    }
+}
+
+/// The replica identity in a User-Agent written by [`user_agent_of`].
+pub fn identity_of_user_agent(agent: &str) -> Option<&str> {
+    let start = agent.find('(')?;
+    let end = agent[start..].find(')')? + start;
+    Some(&agent[start + 1..end]).filter(|id| !id.is_empty())
+}
+
+/// How replicas of a shardable controller share the work (`--shards`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ShardMode {
+    /// One replica works, the others stand by (leader election), as before.
+    #[default]
+    Off,
+    /// Every replica owns about 1/N of the objects (a Lease per replica, see `sharding`).
+    Auto,
+}
+
+/// The sharding flag of controllers that support it; flatten it next to [`CommonArgs`].
+#[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShardingArgs {
+    /// `off`: one elected replica reconciles, the others stand by. `auto`: every replica holds a
+    /// shard Lease `<ring>-<pod>` and reconciles its share; the elected leader assigns objects
+    /// to shards. Needs `--leader-elect` and a unique `POD_NAME` per replica.
+    #[arg(long = "shards", env = "SHARDS", value_enum, default_value_t = ShardMode::Off)]
+    pub mode: ShardMode,
+}
+
+impl ShardingArgs {
+    pub fn enabled(&self) -> bool {
+        self.mode == ShardMode::Auto
+    }
 }
 
 /// Parses a count flag (`--workers`, `--machine-concurrency`): a whole number of at least 1, as
@@ -240,7 +288,24 @@ fn read_kubeconfig_paths(paths: &std::path::Path) -> Result<Kubeconfig, RuntimeE
 
 #[cfg(test)]
 mod tests {
-    use super::parse_count;
+    use super::{identity_of_user_agent, parse_count, user_agent_of};
+
+    #[test]
+    fn the_user_agent_names_the_replica_in_a_comment() {
+        let agent = user_agent_of("nodeslo-controller", "nodeslo-controller-7d9f-x2");
+        assert_eq!(
+            agent,
+            "nodeslo-controller/0.1.0 (nodeslo-controller-7d9f-x2)"
+        );
+        assert_eq!(
+            identity_of_user_agent(&agent),
+            Some("nodeslo-controller-7d9f-x2")
+        );
+        // Characters that would end the comment are dropped, not passed through.
+        assert_eq!(user_agent_of("a", "x(y)z"), "a/0.1.0 (xyz)");
+        assert_eq!(user_agent_of("a", "()"), "a/0.1.0");
+        assert_eq!(identity_of_user_agent("kubectl/v1.33.0"), None);
+    }
 
     #[test]
     fn counts_are_whole_numbers_of_at_least_one() {

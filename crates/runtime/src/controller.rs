@@ -26,7 +26,6 @@ use crate::RuntimeError;
 use crate::backoff::{BackoffConfig, PerObjectBackoff};
 use crate::cli::CommonArgs;
 use crate::kube_errors::{find_kube_error, is_conflict, is_failed_patch_test};
-use crate::leader::LeaderHandle;
 use crate::metrics::{ControllerMetrics, ErrorLabel};
 use crate::own_writes::OwnWrites;
 use crate::service::Service;
@@ -311,11 +310,13 @@ impl Reconciler {
 }
 
 /// When a [`crate::runner::Runner`] may run: until shutdown, reconciling everything again each
-/// time leadership is gained or the caches finish syncing (reconciles park while either is
+/// time work is allowed again or the caches finish syncing (reconciles park while either is
 /// missing).
 #[derive(Clone, Debug)]
 pub struct Gates {
-    pub leader: LeaderHandle,
+    /// `true` while this replica may write: its leadership ([`crate::leader::LeaderHandle::subscribe`]) or,
+    /// sharded, its shard Lease ([`crate::sharding::ShardHandle::subscribe`]).
+    pub work_allowed: watch::Receiver<bool>,
     pub caches_synced: watch::Receiver<bool>,
     pub shutdown: Shutdown,
 }
@@ -572,7 +573,7 @@ mod tests {
         let shutdown = Shutdown::new();
         let (synced_tx, synced_rx) = watch::channel(false);
         let gates = Gates {
-            leader: LeaderHandle::always_leader(shutdown.clone()),
+            work_allowed: crate::leader::LeaderHandle::always_leader(shutdown.clone()).subscribe(),
             caches_synced: synced_rx,
             shutdown: shutdown.clone(),
         };

@@ -197,7 +197,7 @@ where
     pub fn gated(mut self, gates: &Gates) -> Self {
         self.stop = Some(gates.shutdown.clone());
         self.reconcile_all_on(futures::stream::select(
-            turned_true(gates.leader.subscribe()),
+            turned_true(gates.work_allowed.clone()),
             turned_true(gates.caches_synced.clone()),
         ))
     }
@@ -546,7 +546,7 @@ mod tests {
         let (synced_tx, synced_rx) = tokio::sync::watch::channel(false);
         let shutdown = Shutdown::new();
         let gates = Gates {
-            leader: crate::leader::LeaderHandle::always_leader(shutdown.clone()),
+            work_allowed: crate::leader::LeaderHandle::always_leader(shutdown.clone()).subscribe(),
             caches_synced: synced_rx,
             shutdown,
         };

@@ -10,8 +10,8 @@
 //! | state | the Lease | the shard's objects |
 //! |---|---|---|
 //! | `Ready` | held by the shard, renewed less than `duration` ago | its own; new ones may come |
-//! | `Expired` | held, not renewed for `duration` to `2 * duration` | untouched: may still work |
-//! | `Uncertain` | held, not renewed for `2 * duration` or more | untouched; Lease acquired |
+//! | `Expired` | held, not renewed for `duration` to `duration + EXPIRED_GRACE` | untouched: may still work |
+//! | `Uncertain` | held, not renewed for `duration + EXPIRED_GRACE` or more | untouched; Lease acquired |
 //! | `Dead` | released by the shard, or acquired by the sharder | given to others directly |
 //! | `Orphaned` | `Dead` for a minute | given to others; the sharder deletes the Lease |
 //!
@@ -19,8 +19,14 @@
 //! sending its last successful renewal; past that it reports the Lease lost and triggers
 //! shutdown. With `renew_every < tolerated < duration`, and `tolerated + clock skew + the longest
 //! reconcile < duration`, a shard has stopped before anyone can see its Lease `Expired`, and the
-//! sharder moves objects only a further `duration` later, after its acquiring write succeeded
+//! sharder moves objects only [`EXPIRED_GRACE`] later, after its acquiring write succeeded
 //! (a renewal in between makes that write conflict).
+//!
+//! **Decision**: the anchor waits a further whole `duration` (`uncertain` after 2 × duration)
+//! before confirming a death; we wait [`EXPIRED_GRACE`] (500 ms), at most `duration`. The shard's
+//! fail-stop window already ends before expiry with the clock skew counted in, so the second
+//! duration bought only a margin, and it doubled a dead shard's takeover time (the issue asks
+//! for a takeover within lease duration + 2 s).
 //!
 //! **Decision**: the Lease is named `<ring>-<shard>`, not the anchor's bare shard name, so one
 //! pod can be a shard of two rings in one namespace; the holder is the shard id either way.
@@ -56,6 +62,10 @@ use crate::shutdown::Shutdown;
 /// How long a released or sharder-acquired Lease stays before the sharder deletes it (the
 /// anchor's `leaseTTL`).
 pub const ORPHANED_AFTER: Duration = Duration::from_secs(60);
+
+/// How long past its expiry a held Lease stays `Expired` before the sharder confirms the death
+/// (at most the Lease's duration): a margin for a renewal in flight at expiry.
+pub const EXPIRED_GRACE: Duration = Duration::from_millis(500);
 
 /// What a shard's Lease says about the shard (see the module table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -151,7 +161,7 @@ pub fn classify(lease: &Lease, shard: &str, now: Timestamp) -> Classified {
         };
     };
     let expires = plus(renewed, duration);
-    let uncertain = plus(expires, duration);
+    let uncertain = plus(expires, duration.min(EXPIRED_GRACE));
     if now < expires {
         Classified {
             state: ShardState::Ready,
@@ -830,12 +840,16 @@ mod tests {
             state(10),
             Classified {
                 state: ShardState::Expired,
-                next_change: Some(at(20))
+                next_change: Some(plus(at(10), EXPIRED_GRACE))
             }
         );
-        assert_eq!(state(19).state, ShardState::Expired);
-        assert_eq!(state(20).state, ShardState::Uncertain);
-        assert_eq!(state(20).next_change, None);
+        let uncertain_at = plus(at(10), EXPIRED_GRACE);
+        assert_eq!(
+            classify(&held, "a", uncertain_at).state,
+            ShardState::Uncertain
+        );
+        assert_eq!(classify(&held, "a", uncertain_at).next_change, None);
+        assert_eq!(state(11).state, ShardState::Uncertain);
     }
 
     #[test]
@@ -883,7 +897,7 @@ mod tests {
         assert_eq!(
             membership.shards().collect::<Vec<_>>(),
             [
-                ("a", ShardState::Expired),
+                ("a", ShardState::Uncertain),
                 ("b", ShardState::Ready),
                 ("c", ShardState::Dead)
             ]

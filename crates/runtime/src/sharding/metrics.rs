@@ -45,6 +45,8 @@ crate::metric_families! {
         dead_reassignments: Family<RingLabels, Counter> = "capstan_sharding_dead_reassignments",
         /// Leases of shards the sharder acquired to confirm their death
         deaths_confirmed: Family<RingLabels, Counter> = "capstan_sharding_deaths_confirmed",
+        /// Reconciles a shard skipped because the object was not (or no longer) its own
+        reconciles_refused: Family<ShardLabels, Counter> = "capstan_sharding_reconciles_refused",
     }
 }
 
@@ -82,6 +84,15 @@ impl ShardingMetrics {
     pub fn death_confirmed(&self, ring: &RingName) {
         self.deaths_confirmed
             .get_or_create(&ring_labels(ring))
+            .inc();
+    }
+
+    pub fn reconcile_refused(&self, ring: &RingName, shard: &str) {
+        self.reconciles_refused
+            .get_or_create(&ShardLabels {
+                ring: ring.as_str().to_owned(),
+                shard: shard.to_owned(),
+            })
             .inc();
     }
 
@@ -127,6 +138,7 @@ mod tests {
         let metrics = ShardingMetrics::register(&mut registry);
         let ring = RingName::new("nodeslo").expect("valid");
         metrics.drain_started(&ring);
+        metrics.reconcile_refused(&ring, "a");
         metrics.set_objects(&ring, [("a", 3)]);
         metrics.set_shards(
             &ring,
@@ -137,6 +149,7 @@ mod tests {
         for line in [
             r#"capstan_sharding_drains_started_total{ring="nodeslo"} 1"#,
             r#"capstan_sharding_objects{ring="nodeslo",shard="a"} 3"#,
+            r#"capstan_sharding_reconciles_refused_total{ring="nodeslo",shard="a"} 1"#,
             r#"capstan_sharding_shards{ring="nodeslo",state="ready"} 1"#,
             r#"capstan_sharding_shards{ring="nodeslo",state="dead"} 0"#,
         ] {

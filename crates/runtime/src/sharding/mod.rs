@@ -20,6 +20,7 @@
 
 pub mod assign;
 pub mod lease;
+pub mod member;
 pub mod metrics;
 pub mod ring;
 pub mod shard;
@@ -31,6 +32,7 @@ pub use assign::{AssignDecision, ShardAction, assign, shard_action, shard_action
 pub use lease::{
     Membership, ShardEnd, ShardHandle, ShardLease, ShardLeaseConfig, ShardState, watch_membership,
 };
+pub use member::ShardMember;
 pub use metrics::ShardingMetrics;
 pub use shard::{ReleaseOutcome, release_object, shard_watcher_config};
 pub use sharder::{Sharder, SharderConfig};

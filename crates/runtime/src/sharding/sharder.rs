@@ -49,8 +49,8 @@ pub struct SharderConfig {
     pub ring: RingName,
     /// Where the ring's shard Leases live.
     pub lease_namespace: String,
-    /// The watch of the ring's objects, in every namespace: a label or field selector
-    /// (`metadata.namespace=<ns>`) narrows the ring.
+    /// The watch of the ring's objects, in every namespace ([`Sharder::new_in`]: one, so that
+    /// namespaced RBAC suffices): a label selector narrows the ring.
     pub objects: watcher::Config,
     /// Label writes in flight at once.
     pub concurrency: usize,
@@ -60,13 +60,13 @@ pub struct SharderConfig {
 }
 
 impl SharderConfig {
-    /// Every object of the kind, 16 writes in flight, a pass every 5 minutes.
+    /// Every object of the kind, 64 writes in flight (a dead shard's share moves within about a second), a pass every 5 minutes.
     pub fn new(ring: RingName, lease_namespace: impl Into<String>) -> Self {
         Self {
             ring,
             lease_namespace: lease_namespace.into(),
             objects: watcher::Config::default(),
-            concurrency: 16,
+            concurrency: 64,
             resync: Duration::from_secs(300),
         }
     }
@@ -229,6 +229,18 @@ where
             client,
             config,
             metrics: ShardingMetrics::default(),
+        }
+    }
+
+    /// A sharder of the objects of kind `K` in `namespace` only (its list and watch need only
+    /// namespaced RBAC).
+    pub fn new_in(client: kube::Client, config: SharderConfig, namespace: &str) -> Self
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope>,
+    {
+        Self {
+            objects: Api::namespaced(client.clone(), namespace),
+            ..Self::new(client, config)
         }
     }
 
