@@ -17,15 +17,17 @@ use capstan_runtime::controller::{Reconciler, RetryPolicy};
 use capstan_runtime::events::EventPublisher;
 use capstan_runtime::leader::LeaderHandle;
 use capstan_runtime::metrics::ControllerMetrics;
+use capstan_runtime::sharding::ShardMember;
 use capstan_runtime::shutdown::Shutdown;
 use capstan_runtime::sync::read;
 use capstan_runtime::workqueue::WorkQueue;
 use kube::Client;
-use nodeslo_core::{MergedConfig, NodeFacts, SloFacts};
+use nodeslo_core::{MergedConfig, NodeFacts};
 use tokio::sync::watch;
 
 use crate::metrics::SloMetrics;
 use crate::projection::Projection;
+use crate::watch::SloEntry;
 
 /// What the controller needs to know that is not in the cluster.
 #[derive(Debug, Clone)]
@@ -37,6 +39,13 @@ pub struct Settings {
     pub conflict_retry: Duration,
     /// Field manager and Event reporter name.
     pub manager: String,
+}
+
+/// This replica's shard of the `nodeslo` ring (`--shards auto`, see [`crate::ownership`]).
+pub struct Sharded {
+    pub member: Arc<ShardMember>,
+    /// `--shard-node-labels`: Nodes carry the shard label too and each replica watches its own.
+    pub node_labels: bool,
 }
 
 /// The merged config in force and the ConfigMap version it was last computed from.
@@ -53,7 +62,7 @@ pub struct NodeSloController {
     pub(crate) client: Client,
     pub(crate) settings: Settings,
     pub(crate) nodes: RwLock<Projection<NodeFacts>>,
-    pub(crate) slos: RwLock<Projection<SloFacts>>,
+    pub(crate) slos: RwLock<Projection<SloEntry>>,
     pub(crate) config: RwLock<ConfigState>,
     pub(crate) queue: WorkQueue<String>,
     pub(crate) reconciler: Reconciler,
@@ -64,6 +73,8 @@ pub struct NodeSloController {
     pub(crate) synced: watch::Sender<bool>,
     /// The key texts in force, kept across restarts in a ConfigMap of our own.
     pub(crate) last_good: crate::last_good::LastGoodStore,
+    /// `None` unsharded: this replica reconciles every name while it leads.
+    pub(crate) sharded: Option<Sharded>,
 }
 
 impl NodeSloController {
@@ -73,6 +84,7 @@ impl NodeSloController {
         metrics: SloMetrics,
         controller_metrics: ControllerMetrics,
         backoff: BackoffConfig,
+        sharded: Option<Sharded>,
     ) -> Arc<Self> {
         let retry = RetryPolicy {
             conflict: settings.conflict_retry,
@@ -97,12 +109,13 @@ impl NodeSloController {
             reported_bandwidth: Mutex::default(),
             synced: watch::Sender::new(false),
             last_good,
+            sharded,
         })
     }
 
     /// Runs until `shutdown`: watches at once (a standby keeps warm caches), marks ready when all
-    /// three caches are synced, reconciles only while `leader` holds the lease. Returns after the
-    /// in-flight reconciles finish.
+    /// three caches are synced, reconciles only while `leader` holds the lease (sharded: while
+    /// the shard Lease is held, its own share). Returns after the in-flight reconciles finish.
     pub async fn run(
         self: Arc<Self>,
         readiness: Readiness,
@@ -123,13 +136,32 @@ impl NodeSloController {
             }
             readiness.set_ready(true);
             tracing::info!(nodes = read(&self.nodes).len(), "caches synced");
-            if !leader.acquired().await {
+            let allowed = match &self.sharded {
+                Some(sharded) => sharded.member.lease().active().await,
+                None => leader.acquired().await,
+            };
+            if !allowed {
                 return;
             }
-            tracing::info!("leading: reconciling");
-            self.queue
-                .run(self.settings.workers, |name| self.clone().reconcile(name))
-                .await;
+            match &self.sharded {
+                Some(sharded) => {
+                    tracing::info!(shard = %sharded.member.shard(), "shard Lease held: reconciling this shard's nodes")
+                }
+                None => tracing::info!("leading: reconciling"),
+            }
+            let workers = self
+                .queue
+                .run(self.settings.workers, |name| self.clone().reconcile(name));
+            match &self.sharded {
+                // Workers end at shutdown; the membership trigger is dropped with them.
+                Some(sharded) => {
+                    tokio::select! {
+                        () = workers => {}
+                        () = self.reconcile_all_on_membership_changes(sharded) => {}
+                    }
+                }
+                None => workers.await,
+            }
         };
         let mut work = std::pin::pin!(work);
         let work_done = tokio::select! {
@@ -146,6 +178,17 @@ impl NodeSloController {
         if !work_done {
             work.await;
         }
+    }
+
+    /// Sharded: another view of the ring may give this shard nodes whose NodeSLO nobody created
+    /// yet (the ring's choice decides those), so every change of the membership queues every
+    /// name again. Never returns.
+    async fn reconcile_all_on_membership_changes(&self, sharded: &Sharded) {
+        let mut membership = sharded.member.membership();
+        while membership.changed().await.is_ok() {
+            self.enqueue_all();
+        }
+        std::future::pending::<()>().await;
     }
 
     pub(crate) fn enqueue(&self, names: impl IntoIterator<Item = String>) {

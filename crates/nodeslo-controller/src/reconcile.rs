@@ -8,13 +8,16 @@ use capstan_apis::slo::{NodeSlo, NodeSloSpec};
 use capstan_runtime::ErrorLabel;
 use capstan_runtime::controller::{ReconcileFailure, Target};
 use capstan_runtime::kube_errors::{is_conflict, is_failed_patch_test, is_not_found};
+use capstan_runtime::sharding::ShardingError;
 use capstan_runtime::sync::{read, write};
+use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use nodeslo_core::decide::SpecShapeError;
 use nodeslo_core::{Decision, decide};
 
-use crate::controller::NodeSloController;
+use crate::controller::{NodeSloController, Sharded};
+use crate::ownership::{Gate, ShardView, gate};
 use crate::projection::Stamp;
 use crate::watch::project_slo;
 
@@ -49,6 +52,16 @@ pub enum ReconcileError {
     #[error(transparent)]
     #[strum(serialize = "spec_shape")]
     Shape(#[from] SpecShapeError),
+    #[error(transparent)]
+    #[strum(serialize = "shard_release")]
+    Release(#[from] ShardingError),
+    #[error("reading Node {node}: {source}")]
+    #[strum(serialize = "read_node")]
+    ReadNode {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 /// The label is each variant's `strum(serialize)` above (`strum::IntoStaticStr`).
@@ -93,9 +106,42 @@ impl NodeSloController {
             let slos = read(&self.slos);
             (slos.get(name).cloned(), slos.stamp(name))
         };
+        if let Some(sharded) = &self.sharded {
+            let view = ShardView {
+                slo: slo.as_ref().map(|entry| entry.draining),
+                node: node.as_ref().map(|facts| {
+                    sharded.node_labels
+                        && facts
+                            .labels
+                            .contains_key(&sharded.member.ring().drain_label())
+                }),
+                nodes_sharded: sharded.node_labels,
+                chosen: sharded.member.chooses_me(name),
+            };
+            let go_on = sharded.member.lease().is_active()
+                && match gate(view) {
+                    Gate::Reconcile => true,
+                    Gate::ReleaseSlo => {
+                        let slo = NodeSlo::new(name, NodeSloSpec::default());
+                        return release(sharded, &slo).await;
+                    }
+                    Gate::ReleaseNode => {
+                        let mut node = Node::default();
+                        node.metadata.name = Some(name.to_owned());
+                        return release(sharded, &node).await;
+                    }
+                    Gate::ConfirmNodeGone => !self.node_exists(name).await?,
+                    Gate::Skip => false,
+                };
+            if !go_on {
+                sharded.member.refused();
+                return Ok(());
+            }
+        }
         let config = read(&self.config).current.clone();
         // Decide.
-        let outcome = decide(node.as_ref(), slo.as_ref(), &config)?;
+        let slo_facts = slo.map(|entry| entry.facts);
+        let outcome = decide(node.as_ref(), slo_facts.as_ref(), &config)?;
         if let Some(value) = &outcome.invalid_bandwidth {
             self.report_invalid_bandwidth(name, value).await;
         }
@@ -119,9 +165,23 @@ impl NodeSloController {
                     field_manager: Some(self.settings.manager.clone()),
                     ..PostParams::default()
                 };
-                let result = api.create(&params, &NodeSlo::new(name, spec)).await;
+                let mut slo = NodeSlo::new(name, spec);
+                if let Some(sharded) = &self.sharded {
+                    // Ours from the first write, so it lands in our label-selected watch.
+                    slo.metadata.labels = Some(sharded.member.own_labels());
+                }
+                let result = api.create(&params, &slo).await;
                 if let Ok(created) = &result {
                     self.remember_written(name, stamp, created);
+                }
+                if self.sharded.is_some()
+                    && let Err(error) = &result
+                    && is_conflict(error)
+                {
+                    // It exists on another shard (our view of the ring was stale, or a
+                    // handover is under way); its label brings it to us if it is ours.
+                    tracing::debug!(node = %name, "NodeSLO exists on another shard");
+                    return Ok(());
                 }
                 let result = result.map(drop).map_err(|source| ReconcileError::Create {
                     node: node(),
@@ -167,13 +227,37 @@ impl NodeSloController {
         result
     }
 
+    /// Whether the Node exists, read from the API server (`--shard-node-labels`: a Node not in
+    /// our cache may be another shard's).
+    async fn node_exists(&self, name: &str) -> Result<bool, ReconcileError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        match api.get_metadata_opt(name).await {
+            Ok(found) => Ok(found.is_some()),
+            Err(source) => Err(ReconcileError::ReadNode {
+                node: name.to_owned(),
+                source,
+            }),
+        }
+    }
+
     /// Records what our own successful write left on the server, so that the watch event echoing
     /// it finds nothing new and costs no second reconcile; only if no watch event touched the
     /// name since the decision was read (then the projection is newer than our write).
     fn remember_written(&self, name: &str, stamp: Stamp, written: &NodeSlo) {
-        let (_, facts) = project_slo(written.clone());
+        let (_, facts) = project_slo(written.clone(), self.drain_label().as_deref());
         write(&self.slos).record_own_write(name, stamp, facts);
     }
+}
+
+/// Acknowledges the sharder's drain of a NodeSLO or Node (only its name is read); nothing else
+/// is written for it.
+async fn release<K>(sharded: &Sharded, object: &K) -> Result<(), ReconcileError>
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    let outcome = sharded.member.release(object).await?;
+    tracing::debug!(name = ?object.meta().name, kind = %K::kind(&()), ?outcome, "released to the sharder");
+    Ok(())
 }
 
 /// A JSON patch that replaces the whole spec (so removed fields go too) only if the NodeSLO is

@@ -18,9 +18,23 @@ use crate::controller::NodeSloController;
 use crate::projection::Projection;
 
 impl NodeSloController {
+    /// The watcher config of a ring object's watch: sharded, only this shard's objects.
+    fn shard_config(&self, sharded_kind: bool) -> watcher::Config {
+        match &self.sharded {
+            Some(sharded) if sharded_kind => sharded.member.watcher_config(),
+            _ => watcher::Config::default(),
+        }
+    }
+
+    /// The drain label's key in sharded mode.
+    pub(crate) fn drain_label(&self) -> Option<String> {
+        self.sharded.as_ref().map(|s| s.member.ring().drain_label())
+    }
+
     pub(crate) async fn watch_nodes(self: Arc<Self>) {
         let api: Api<Node> = Api::all(self.client.clone());
-        let events = watch_events(api, watcher::Config::default());
+        let labelled = self.sharded.as_ref().is_some_and(|s| s.node_labels);
+        let events = watch_events(api, self.shard_config(labelled));
         self.consume(
             events,
             &self.nodes,
@@ -32,12 +46,13 @@ impl NodeSloController {
 
     pub(crate) async fn watch_nodeslos(self: Arc<Self>) {
         let api: Api<NodeSlo> = Api::all(self.client.clone());
-        let events = watch_events(api, watcher::Config::default());
+        let events = watch_events(api, self.shard_config(true));
+        let drain_label = self.drain_label();
         self.consume(
             events,
             &self.slos,
-            project_slo,
-            SloFacts::same_for_reconcile,
+            |slo| project_slo(slo, drain_label.as_deref()),
+            SloEntry::same_for_reconcile,
         )
         .await;
     }
@@ -132,13 +147,29 @@ impl NodeSloController {
     }
 }
 
-pub(crate) fn project_slo(slo: NodeSlo) -> (String, SloFacts) {
+/// What a reconcile reads of a NodeSLO: the facts the decision compares, and (sharded) whether
+/// the sharder asked for it back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SloEntry {
+    pub facts: SloFacts,
+    pub draining: bool,
+}
+
+impl SloEntry {
+    pub fn same_for_reconcile(&self, other: &Self) -> bool {
+        self.draining == other.draining && self.facts.same_for_reconcile(&other.facts)
+    }
+}
+
+/// A NodeSLO's entry; `drain_label` is the ring's drain label key when sharded.
+pub(crate) fn project_slo(slo: NodeSlo, drain_label: Option<&str>) -> (String, SloEntry) {
     let facts = SloFacts::from_spec(
         &slo.spec,
         slo.metadata.generation,
         slo.metadata.resource_version.clone(),
     );
-    (slo.name_any(), facts)
+    let draining = drain_label.is_some_and(|key| slo.labels().contains_key(key));
+    (slo.name_any(), SloEntry { facts, draining })
 }
 
 fn project_event<K, T>(event: watcher::Event<K>, project: impl Fn(K) -> T) -> watcher::Event<T> {

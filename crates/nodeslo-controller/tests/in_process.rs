@@ -38,6 +38,7 @@ fn controller(client: kube::Client) -> std::sync::Arc<NodeSloController> {
         SloMetrics::register(&mut registry),
         ControllerMetrics::register(&mut registry, "nodeslo-controller"),
         BackoffConfig::default(),
+        None,
     )
 }
 
