@@ -1,5 +1,7 @@
 //! MachineClass reconcile (MCM's `reconcileClusterMachineClass`): finalizer while used, blocked
-//! deletion while machines refer to it, finalizer removal when unused.
+//! deletion while machines refer to it, finalizer removal when unused. It runs on the leader only;
+//! sharded, the leader's Machine cache is its own share, so a decision that a local count cannot
+//! settle ([`needs_every_machine`]) counts every Machine from a fresh, paginated LIST.
 
 use std::sync::Arc;
 
@@ -9,7 +11,7 @@ use capstan_runtime::events::Event;
 use capstan_runtime::runner::Next;
 use capstan_runtime::sync::lock;
 use kube::Resource;
-use machineclass_core::class::{ClassAction, decide_class};
+use machineclass_core::class::{ClassAction, decide_class, needs_every_machine, users_among};
 use machineclass_core::meta::{finalizers_with, finalizers_without};
 
 use crate::context::{Context, key};
@@ -30,7 +32,19 @@ async fn reconcile_inner(class: &MachineClass, ctx: &Context) -> Result<Next, Er
     let namespace = class.metadata.namespace.clone().unwrap_or_default();
     let name = class.metadata.name.clone().unwrap_or_default();
     let class_key = key(&namespace, &name);
-    let users = lock(&ctx.machine_index).referrer_count(&class_key);
+    let local = lock(&ctx.machine_index).referrer_count(&class_key);
+    // Sharded, the index holds this shard's Machines only: a decision it cannot settle counts
+    // every Machine from a fresh LIST.
+    let users = if ctx.sharded() && needs_every_machine(class, local) {
+        let mut users = 0;
+        ctx.each_machine("the users of a machine class", None, |machine| {
+            users += users_among([machine], &namespace, &name);
+        })
+        .await?;
+        users
+    } else {
+        local
+    };
     let api = ctx.classes_api();
     match decide_class(class, users) {
         ClassAction::InUse { add_finalizer } => {
@@ -38,11 +52,12 @@ async fn reconcile_inner(class: &MachineClass, ctx: &Context) -> Result<Next, Er
                 patch_finalizers(&api, &class.metadata, list).await?;
                 tracing::info!(class = %class_key, "added finalizer");
             }
-            // Machines re-validate against a changed class (once per class version).
+            // Machines re-validate against a changed class (once per class version). Sharded,
+            // every replica does this for its own Machines from the class watch instead.
             let version = class.metadata.resource_version.clone().unwrap_or_default();
             let changed = lock(&ctx.class_versions).insert(class_key.clone(), version.clone())
                 != Some(version);
-            if changed {
+            if changed && !ctx.sharded() {
                 ctx.enqueue_machines_of(&class_key);
             }
             Ok(Next::Requeue(ctx.retry.long))

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use capstan_apis::machine::GoDuration;
-use capstan_runtime::cli::CommonArgs;
+use capstan_runtime::cli::{CommonArgs, ShardingArgs};
 use machineclass_core::driver_error::RetryPeriods;
 use machineclass_core::validate::MachineTimeouts;
 
@@ -14,12 +14,17 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// Guards MachineClasses with finalizers while Machines use them, and drives the Machine
 /// lifecycle through a provider driver (Gardener machine-controller-manager compatible, API group
-/// `machine.sapcloud.io/v1alpha1`). Every replica watches; only the elected leader writes.
+/// `machine.sapcloud.io/v1alpha1`). Every replica watches; only the elected leader writes, unless
+/// `--shards auto` gives each replica its share of the Machines.
 #[derive(clap::Parser, Debug)]
 #[command(name = "machineclass-controller", version, about, long_about = None)]
 pub struct Args {
     #[command(flatten)]
     pub common: CommonArgs,
+
+    /// `--shards off|auto` (ring `machineclass` over Machines; see the crate docs).
+    #[command(flatten)]
+    pub sharding: ShardingArgs,
 
     /// Namespace of the MachineClasses, Machines and their Secrets.
     #[arg(long, env = "MCM_NAMESPACE", default_value = "default")]
@@ -75,6 +80,21 @@ pub struct Args {
 }
 
 impl Args {
+    /// Refuses flag combinations that cannot run: `--shards auto` needs `--leader-elect` (the
+    /// leader runs the sharder and the class-wide work, and the election's identity, `POD_NAME`,
+    /// is the shard id).
+    pub fn check(&self) -> Result<(), String> {
+        if self.sharding.enabled() && !self.common.leader.leader_elect {
+            return Err(
+                "--shards auto needs --leader-elect: the elected leader assigns Machines \
+                 to shards and runs the MachineClass, Secret and orphan-VM work, and the \
+                 election's identity (--lease-identity, POD_NAME) is the shard id"
+                    .to_owned(),
+            );
+        }
+        Ok(())
+    }
+
     pub fn machine_timeouts(&self) -> MachineTimeouts {
         MachineTimeouts {
             creation: self.machine_creation_timeout,
@@ -117,5 +137,28 @@ mod tests {
         let args = Args::try_parse_from(["machineclass-controller", "--machine-concurrency", "2"])
             .expect("2");
         assert_eq!(args.machine_concurrency, 2);
+    }
+
+    #[test]
+    fn sharding_is_off_by_default_and_auto_needs_leader_election() {
+        let args = Args::try_parse_from(["machineclass-controller"]).expect("defaults");
+        assert!(!args.sharding.enabled());
+        assert_eq!(args.check(), Ok(()));
+        let alone =
+            Args::try_parse_from(["machineclass-controller", "--shards", "auto"]).expect("parses");
+        let refused = alone.check().expect_err("auto without election");
+        assert!(
+            refused.contains("--shards auto") && refused.contains("--leader-elect"),
+            "{refused}"
+        );
+        let elected = Args::try_parse_from([
+            "machineclass-controller",
+            "--shards",
+            "auto",
+            "--leader-elect",
+        ])
+        .expect("parses");
+        assert!(elected.sharding.enabled());
+        assert_eq!(elected.check(), Ok(()));
     }
 }

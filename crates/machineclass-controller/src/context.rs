@@ -10,8 +10,10 @@ use capstan_runtime::events::{Event, EventPublisher};
 use capstan_runtime::leader::LeaderHandle;
 use capstan_runtime::own_writes::OwnWrites;
 use capstan_runtime::runner::Next;
+use capstan_runtime::sharding::{ShardAction, ShardMember};
 use capstan_runtime::sync::lock;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Secret};
+use kube::api::ListParams;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource};
 use machine_driver::Driver;
@@ -19,6 +21,11 @@ use machineclass_core::driver_error::RetryPeriods;
 use machineclass_core::index::RefIndex;
 use machineclass_core::validate::MachineTimeouts;
 use tokio::sync::mpsc::UnboundedSender;
+
+use crate::error::Error;
+
+/// Page size of the fresh Machine LISTs sharded replicas make (see [`Context::each_machine`]).
+pub const LIST_PAGE: u32 = 500;
 
 /// Shared state of the controllers.
 pub struct Context {
@@ -49,7 +56,22 @@ pub struct Context {
     /// Spans, metrics and retries of every reconcile.
     pub reconciler: Reconciler,
     pub leader: LeaderHandle,
+    /// `--shards auto`: this replica's shard of the ring `machineclass` (its Machine cache holds
+    /// its share only). `None`: unsharded, the leader reconciles every Machine.
+    pub shard: Option<Arc<ShardMember>>,
     pub caches_ready: Arc<AtomicBool>,
+}
+
+/// What a Machine reconcile does before anything else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MachineGate {
+    /// Reconcile it.
+    Proceed,
+    /// Write nothing; this is what comes next.
+    Hold(Next),
+    /// Sharded: the sharder moves it to another shard. Acknowledge (remove both ring labels)
+    /// and do nothing else with it.
+    Release,
 }
 
 /// `namespace/name`.
@@ -97,6 +119,64 @@ impl Context {
         }
         // A standby replica parks every object; gaining the lease reconciles them all again.
         (!self.leader.is_leader()).then_some(Next::AwaitChange)
+    }
+
+    /// Whether `--shards auto` is on.
+    pub fn sharded(&self) -> bool {
+        self.shard.is_some()
+    }
+
+    /// The gate of a Machine reconcile: caches synced, then unsharded the leadership (as
+    /// [`hold_writes`](Self::hold_writes)), sharded the shard's verdict on the Machine's ring
+    /// labels (an object not labelled for this shard, or any object while the shard Lease is
+    /// not held, is ignored; a drained one is released).
+    pub fn machine_gate(&self, machine: &Machine) -> MachineGate {
+        if !self.caches_ready.load(Ordering::Acquire) {
+            return MachineGate::Hold(Next::AwaitChange);
+        }
+        let Some(member) = &self.shard else {
+            return match self.hold_writes() {
+                Some(hold) => MachineGate::Hold(hold),
+                None => MachineGate::Proceed,
+            };
+        };
+        // Reconciles park until the Lease is held again or the object comes back: both
+        // reconcile it again (the gate, the watch).
+        match member.action(machine.metadata.labels.as_ref()) {
+            ShardAction::Reconcile => MachineGate::Proceed,
+            ShardAction::Release => MachineGate::Release,
+            ShardAction::Ignore => MachineGate::Hold(Next::AwaitChange),
+        }
+    }
+
+    /// Calls `each` with every Machine of the namespace the API server holds now (a fresh LIST
+    /// in pages of [`LIST_PAGE`], `selector` narrowing it), not the cache: sharded, no replica
+    /// caches every Machine. Pages are dropped as they are read.
+    pub async fn each_machine(
+        &self,
+        what: &str,
+        selector: Option<&str>,
+        mut each: impl FnMut(&Machine),
+    ) -> Result<(), Error> {
+        let api = self.machines_api();
+        let mut params = ListParams::default().limit(LIST_PAGE);
+        if let Some(selector) = selector {
+            params = params.labels(selector);
+        }
+        loop {
+            let page = api
+                .list(&params)
+                .await
+                .map_err(|source| Error::ListMachines {
+                    what: what.to_owned(),
+                    source,
+                })?;
+            page.items.iter().for_each(&mut each);
+            match page.metadata.continue_.filter(|token| !token.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(()),
+            }
+        }
     }
 
     /// Publishes an Event on `reference`; failures are logged, never fatal.

@@ -69,6 +69,20 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// A fresh LIST of Machines (sharded: the decisions that need every Machine, not one shard's).
+    #[error("listing machines ({what}): {source}")]
+    ListMachines {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Sharded: the drain acknowledgement of a Machine the sharder moves to another shard.
+    #[error("releasing machine {machine} to another shard: {source}")]
+    ReleaseShard {
+        machine: String,
+        #[source]
+        source: capstan_runtime::sharding::ShardingError,
+    },
     /// A deleting MachineClass is still used.
     #[error("{message}")]
     StillReferred { class: String, message: String },

@@ -9,6 +9,60 @@
 //! reconcile (finalizer, template sync, deletion). Provider calls go through a
 //! [`machine_driver::Driver`]: the in-process simulator (`--driver sim`) or a gRPC provider
 //! (`--driver grpc://host:port`).
+//!
+//! # Sharding (`--shards auto`)
+//!
+//! With `--shards off` (the default) one elected replica does all the work and the others stand
+//! by; nothing below applies (no shard Lease, no sharder, no shard label read). With
+//! `--shards auto` every replica owns a share of the Machines, on `capstan_runtime::sharding`
+//! (design in `docs/sharding.md`, section "machineclass-controller"):
+//!
+//! - **Decision**: one ring, [`RING`] (`machineclass`), over the Machines of `--namespace`; the
+//!   ring key is `namespace/name`. `--shards auto` needs `--leader-elect` (refused at start,
+//!   naming both flags: [`cli::Args::check`]), and the election's identity (`--lease-identity`,
+//!   `POD_NAME`) is the shard id: Lease `machineclass-<pod>` beside the leader Lease, same
+//!   duration and grace.
+//! - Each replica's Machine watch selects `shard.sharding.capstan.dev/machineclass=<pod>`, so it
+//!   caches (and indexes) only its Machines. A Machine reconcile first asks the shard
+//!   ([`context::Context::machine_gate`]): its own Machine is reconciled as unsharded; a drained
+//!   one is released (both ring labels removed by a JSON patch guarded by a `test` of the shard
+//!   label) and nothing else is done with it (the runner runs one reconcile per object at a
+//!   time, so none runs on it meanwhile); anything else, and everything while the shard Lease is
+//!   not held, is ignored (counted in `capstan_sharding_reconciles_refused_total`). The Machine
+//!   runner is gated on the shard Lease, not on leadership.
+//! - **Decision**: the cluster-wide work stays on the leader, gated on leadership as today: the
+//!   MachineClass reconcile (finalizer add and remove, the blocked deletion and its
+//!   `MachineClassInUse` Warning), the Secret reconcile and the orphan-VM sweep, plus the
+//!   sharder. No replica caches every Machine, so a class decision that the leader's own share
+//!   cannot settle (a local count of zero, or a deleting class, whose Warning names the count:
+//!   `machineclass_core::class::needs_every_machine`) counts every Machine from a fresh LIST of
+//!   the namespace in pages of [`context::LIST_PAGE`]; the sweep LISTs every Machine after
+//!   listing the VMs. A blocked deletion is retried with the error backoff (from
+//!   `--short-retry` doubling up to `--medium-retry`), each retry one LIST: no replica sees
+//!   another shard's Machine go, so the class goes at the next retry after its last Machine,
+//!   not at once.
+//! - **Decision** (ours, not MCM's: MCM's `ValidateMachineClass` only enqueues the class and
+//!   retries): the shard reconciling a Machine adds the MCM finalizer to a live class that lacks
+//!   it (guarded by the class's resourceVersion, idempotent), so a class never goes without its
+//!   finalizer while a Machine of any shard uses it; a class changed is fanned out to each
+//!   replica's own Machines from its class watch (every replica caches all MachineClasses and
+//!   Secrets, which the Machine reconcile reads).
+//! - **Decision**: the Secret reconcile stays leader-only: its decision reads only which classes
+//!   refer to a Secret, which every replica caches in full, so it needs no Machine at all, and
+//!   one writer per Secret keeps today's single-writer finalizer updates.
+//! - MCM's "another Machine of the deployment failed" (a deferred replacement) reads a fresh
+//!   LIST by the deployment label when sharded, asked only for Machines in phase `Unknown`.
+//! - Nodes carry no shard label and are not ours to label, so every replica still watches all
+//!   Nodes; the cache keeps only what decisions read ([`node_cache::keep_what_decisions_read`]:
+//!   metadata, taints, unschedulable, capacity, conditions). The simulated provider's VM cache
+//!   is likewise whole on every replica.
+//! - Shutdown: the runners stop taking work and finish what runs, then the shard Lease is
+//!   released, so the sharder hands the share to the others at once; the leader Lease is
+//!   released after that. Losing the shard Lease is fail-stop (it triggers shutdown, and the
+//!   process exits non-zero).
+//! - Metrics: `ShardingMetrics` registered once in the binary's registry (`capstan_sharding_*`),
+//!   shared by the shard side and the sharder; the `mcm_machine_*` gauges, read from the Machine
+//!   cache, cover each replica's own share (sum over the replicas).
 
 pub mod class;
 pub mod cli;
@@ -40,6 +94,7 @@ use capstan_runtime::events::EventPublisher;
 use capstan_runtime::metrics::ControllerMetrics;
 use capstan_runtime::own_writes::{self, OwnWrites};
 use capstan_runtime::runner::Runner;
+use capstan_runtime::sharding::{RingName, ShardMember, Sharder, SharderConfig, ShardingMetrics};
 use capstan_runtime::shutdown::Shutdown;
 use capstan_runtime::sync::lock;
 use futures::{Stream, TryStreamExt};
@@ -63,6 +118,10 @@ use crate::metrics::{McmMetrics, MeteredDriver};
 
 /// Binary, service, Lease and tracer name.
 pub const SERVICE_NAME: &str = "machineclass-controller";
+
+/// The ring of `--shards auto` (shard Leases `machineclass-<pod>`, label
+/// `shard.sharding.capstan.dev/machineclass` on Machines).
+pub const RING: &str = "machineclass";
 
 /// Runs the binary and maps the outcome to the process exit code (0 after a clean drain).
 pub async fn main_with(args: Args) -> ExitCode {
@@ -98,6 +157,7 @@ fn build_driver(args: &Args, client: &Client) -> anyhow::Result<(Arc<dyn Driver>
 
 /// Start-up, run until SIGTERM/SIGINT (or a lost lease), then drain in order.
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    args.check().map_err(anyhow::Error::msg)?;
     let mut binary = Binary::start(SERVICE_NAME, &args.common)?;
     let client = binary.kube_client().await.context("kubernetes client")?;
     let metrics = ControllerMetrics::register(binary.registry(), SERVICE_NAME);
@@ -109,6 +169,26 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         mcm_metrics.clone(),
     ));
     let shutdown = binary.shutdown().clone();
+    let sharding = if args.sharding.enabled() {
+        // Registered once; the shard side and the sharder count into the same families.
+        let sharding_metrics = ShardingMetrics::register(binary.registry());
+        let member = ShardMember::start(
+            client.clone(),
+            ring()?,
+            &args.common.leader,
+            shutdown.clone(),
+            Some(sharding_metrics.clone()),
+        )
+        .context("starting this replica's shard")?;
+        tracing::info!(shard = %member.shard(), ring = %member.ring(), "sharded: reconciling this replica's share of the machines");
+        Some(Sharding {
+            member,
+            metrics: sharding_metrics,
+            lease_namespace: args.common.leader.lease_namespace.clone(),
+        })
+    } else {
+        None
+    };
     binary
         .serve(Some(client.clone()), |service| {
             let wiring = Wiring {
@@ -124,12 +204,26 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 machine_concurrency: args.machine_concurrency,
                 class_concurrency: args.class_concurrency,
                 orphan_vms_period: args.machine_safety_orphan_vms_period,
+                sharding,
             };
             let readiness = service.readiness().clone();
             run_controllers(wiring, move || readiness.set_ready(true))
         })
-        .await?;
+        .await??;
     Ok(())
+}
+
+/// The ring of this controller's replicas: `machineclass`, over Machines.
+pub fn ring() -> Result<RingName, capstan_runtime::sharding::ShardingError> {
+    RingName::new(RING)
+}
+
+/// `--shards auto`: this replica's shard, the metric families of the ring, and where the shard
+/// Leases live (the leader election's namespace).
+pub struct Sharding {
+    pub member: Arc<ShardMember>,
+    pub metrics: ShardingMetrics,
+    pub lease_namespace: String,
 }
 
 /// Everything [`run_controllers`] needs.
@@ -147,6 +241,8 @@ pub struct Wiring {
     pub class_concurrency: u16,
     /// Period of the orphan-VM sweep.
     pub orphan_vms_period: Duration,
+    /// `Some` with `--shards auto`.
+    pub sharding: Option<Sharding>,
 }
 
 type IndexFn<K> = fn(&K) -> BTreeSet<String>;
@@ -162,6 +258,7 @@ fn object_key<K: Resource>(obj: &K) -> String {
 /// the keys an event affects to `affected`. Yields the touched objects.
 fn indexed_reflector<K>(
     api: Api<K>,
+    config: watcher::Config,
     writer: reflector::store::Writer<K>,
     index: Arc<Mutex<RefIndex>>,
     refs_of: IndexFn<K>,
@@ -171,7 +268,7 @@ fn indexed_reflector<K>(
 where
     K: capstan_runtime::controller::Watched,
 {
-    reflector::reflector(writer, watch_events(api, watcher::Config::default()))
+    reflector::reflector(writer, watch_events(api, config))
         .map_ok(move |event| {
             on_event(&event);
             let touched = {
@@ -216,21 +313,29 @@ fn send_ref<K: Resource<DynamicType = ()>>(tx: &UnboundedSender<ObjectRef<K>>, t
     let _ = tx.send(ObjectRef::new(name).within(ns));
 }
 
-/// The three controllers (Machine, MachineClass, Secret) for the whole process lifetime. They stop taking work when shutdown is
-/// requested and return once in-flight reconciles are done. `on_ready` runs once every cache has
-/// synced.
-pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static) {
+/// The three controllers (Machine, MachineClass, Secret) for the whole process lifetime, and
+/// sharded the sharder. They stop taking work when shutdown is requested and return once
+/// in-flight reconciles are done; sharded, the shard Lease is released after that, so the
+/// sharder hands this replica's Machines to the others at once. `on_ready` runs once every cache
+/// has synced. Errs when the shard Lease was lost while held (the process exits non-zero).
+pub async fn run_controllers(
+    w: Wiring,
+    on_ready: impl FnOnce() + Send + 'static,
+) -> anyhow::Result<()> {
     let ns = w.namespace.clone();
     let machines_api: Api<Machine> = Api::namespaced(w.client.clone(), &ns);
     let classes_api: Api<MachineClass> = Api::namespaced(w.client.clone(), &ns);
     let secrets_api: Api<Secret> = Api::namespaced(w.client.clone(), &ns);
     let nodes_api: Api<Node> = Api::all(w.client.clone());
+    let member = w.sharding.as_ref().map(|sharding| sharding.member.clone());
 
     let (machine_store, machine_writer) = reflector::store();
     let (class_store, class_writer) = reflector::store();
     let (secret_store, secret_stream) = reflect(secrets_api, watcher::Config::default());
     let own_writes_ttl = own_writes::DEFAULT_TTL;
     let own_machines = Arc::new(OwnWrites::new(machine_store.clone(), own_writes_ttl));
+    // Every replica needs the Nodes of its Machines, which carry no shard label: all Nodes are
+    // watched, each trimmed to what the decisions read (`node_cache`).
     let (own_nodes, node_stream) = reflect_own_writes_trimmed(
         nodes_api,
         watcher::Config::default(),
@@ -276,37 +381,60 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         timeouts: w.timeouts,
         reconciler: Reconciler::new(w.metrics, retry),
         leader: w.leader.clone(),
+        shard: member.clone(),
         caches_ready: caches_ready.clone(),
     });
 
+    // Sharded, this replica's Machines only: those labelled with its shard.
+    let machine_watch = member
+        .as_ref()
+        .map_or_else(watcher::Config::default, |member| member.watcher_config());
     // Machine created, deleted or moved to another class -> its old and new class.
     let class_trigger = class_tx.clone();
     let machine_stream = indexed_reflector(
         machines_api,
+        machine_watch,
         machine_writer,
         machine_index,
         class_of,
         move |class| send_ref(&class_trigger, class),
         move |event| own_machines.observe(event),
     );
+    // Sharded, the class reconcile runs on the leader alone, so each replica re-validates its
+    // own Machines against a changed class from the class watch.
+    let fan_out = member.is_some().then(|| ctx.clone());
     // Class references changed -> the Secrets it referred to and refers to now.
     let class_stream = indexed_reflector(
         classes_api,
+        watcher::Config::default(),
         class_writer,
         secret_index,
         secrets_of,
         move |secret| send_ref(&secret_tx, secret),
-        |_| {},
+        move |event| {
+            if let (Some(ctx), watcher::Event::Apply(class)) = (&fan_out, event) {
+                ctx.enqueue_machines_of(&object_key(class));
+            }
+        },
     );
 
-    let gates = Gates {
-        leader: w.leader.clone(),
+    // Cluster-wide work (classes, Secrets, the orphan sweep, the sharder) runs on the leader.
+    let leader_gates = Gates {
+        work_allowed: w.leader.subscribe(),
+        caches_synced: synced_rx.clone(),
+        shutdown: w.shutdown.clone(),
+    };
+    // Machines: on the leader unsharded, on every replica holding its shard Lease sharded.
+    let machine_gates = Gates {
+        work_allowed: member
+            .as_ref()
+            .map_or_else(|| w.leader.subscribe(), |member| member.lease().subscribe()),
         caches_synced: synced_rx,
         shutdown: w.shutdown.clone(),
     };
     let machine_ns = ns.clone();
     let machines = Runner::new(machine_store.clone())
-        .gated(&gates)
+        .gated(&machine_gates)
         .for_stream(machine_stream)
         .watches_stream(node_stream, move |node: Node| {
             node.metadata
@@ -324,15 +452,16 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
         );
     let class_workers = w.class_concurrency.into();
     let classes = Runner::new(class_store.clone())
-        .gated(&gates)
+        .gated(&leader_gates)
         .for_stream(class_stream)
         .reconcile_on(UnboundedReceiverStream::new(class_rx))
         .run(class_workers, class::reconcile, error_policy, ctx.clone());
     let secrets = Runner::new(secret_store.clone())
-        .gated(&gates)
+        .gated(&leader_gates)
         .for_stream(secret_stream)
         .reconcile_on(UnboundedReceiverStream::new(secret_rx))
         .run(class_workers, secret::reconcile, error_policy, ctx.clone());
+    let sharder = run_sharder(&w.client, &ns, w.sharding.as_ref(), &w.leader, &w.shutdown);
 
     let sweeps = safety::run_sweeps(ctx.clone(), w.orphan_vms_period, w.mcm_metrics.clone());
     let mcm_metrics = w.mcm_metrics;
@@ -351,17 +480,50 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
             tracing::info!("caches synced");
             on_ready();
         }
-        // Keep the machine gauges current from the cache.
+        // Keep the machine gauges current from the cache (sharded: this replica's share).
         loop {
             mcm_metrics.refresh(&metrics_store);
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
     };
-    // The readiness/metrics loop never ends; the controllers end after a shutdown request.
+    // The readiness/metrics loop never ends; the controllers and the sharder end after a
+    // shutdown request.
     tokio::select! {
-        _ = futures::future::join3(machines, classes, secrets) => {}
+        _ = futures::future::join4(machines, classes, secrets, sharder) => {}
         () = readiness => {}
         () = sweeps => {}
-        () = gates.shutdown_before_sync() => tracing::info!("shutdown before the caches synced"),
+        () = leader_gates.shutdown_before_sync() => tracing::info!("shutdown before the caches synced"),
+    }
+    // No reconcile runs any more: hand the share over (fail-stop if the Lease was lost).
+    if let Some(member) = member {
+        let end = member
+            .lease()
+            .release()
+            .await
+            .context("the shard lease was lost while held")?;
+        tracing::info!(shard = %member.shard(), ?end, "shard lease released");
+    }
+    Ok(())
+}
+
+/// Sharded: the sharder of the ring `machineclass` over this namespace's Machines, while this
+/// replica leads (every replica runs this; only the leader's shards). It ends at shutdown; if it
+/// fails while leading, shutdown is triggered, so that another replica leads and shards.
+async fn run_sharder(
+    client: &Client,
+    namespace: &str,
+    sharding: Option<&Sharding>,
+    leader: &capstan_runtime::leader::LeaderHandle,
+    shutdown: &Shutdown,
+) {
+    let Some(sharding) = sharding else {
+        return;
+    };
+    let config = SharderConfig::new(sharding.member.ring().clone(), &sharding.lease_namespace);
+    let sharder = Sharder::<Machine>::new_in(client.clone(), config, namespace)
+        .with_metrics(sharding.metrics.clone());
+    if let Err(error) = sharder.run_while_leader(leader, shutdown).await {
+        tracing::error!(%error, "the sharder failed; shutting down so that another replica leads");
+        shutdown.trigger();
     }
 }

@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use capstan_apis::machine::{
-    Code, FINALIZER_MCM, FINALIZER_NODE, LABEL_NODE, Machine, MachineClass, MachineOperationType,
-    MachinePhase, MachineState, MachineStatus, NODE_LABEL_MACHINE_NAME,
+    Code, FINALIZER_MCM, FINALIZER_NODE, LABEL_MACHINE_DEPLOYMENT, LABEL_NODE, Machine,
+    MachineClass, MachineOperationType, MachinePhase, MachineState, MachineStatus,
+    NODE_LABEL_MACHINE_NAME,
 };
 use capstan_runtime::controller::Target;
 use capstan_runtime::events::Event;
-use capstan_runtime::kube_errors::is_not_found;
+use capstan_runtime::kube_errors::{is_conflict, is_not_found};
 use capstan_runtime::runner::Next;
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -34,7 +35,7 @@ use machineclass_core::validate::{
 };
 use serde_json::json;
 
-use crate::context::Context;
+use crate::context::{Context, MachineGate};
 use crate::error::Error;
 use crate::io::{patch_finalizers, write_machine_status};
 
@@ -46,17 +47,37 @@ pub async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Next,
     let machine = ctx.own_machines.freshest(machine);
     // The kit boxes this state machine (about 17 KiB) before it is moved anywhere.
     let work = async {
-        match ctx.hold_writes() {
-            Some(hold) => Ok(hold),
-            None if machine.metadata.deletion_timestamp.is_some() => {
+        match ctx.machine_gate(&machine) {
+            MachineGate::Hold(hold) => Ok(hold),
+            MachineGate::Release => release(&machine, &ctx).await,
+            MachineGate::Proceed if machine.metadata.deletion_timestamp.is_some() => {
                 crate::deletion::run(&machine, &ctx).await
             }
-            None => live(&machine, &ctx).await,
+            MachineGate::Proceed => live(&machine, &ctx).await,
         }
     };
     ctx.reconciler
         .reconcile(Target::of("Machine", &*machine), work)
         .await
+}
+
+/// Sharded: the drain acknowledgement. The runner runs one reconcile per Machine at a time, so
+/// none of this shard runs on it now; after the release it is no longer in this shard's watch.
+/// A later requeue from a cache that still holds the drained copy lands here again and finds
+/// it no longer ours (the release is guarded by a `test` of the shard label): no write.
+async fn release(machine: &Machine, ctx: &Context) -> Result<Next, Error> {
+    let Some(member) = &ctx.shard else {
+        return Ok(Next::AwaitChange);
+    };
+    let outcome = member
+        .release(machine)
+        .await
+        .map_err(|source| Error::ReleaseShard {
+            machine: machine.name_any(),
+            source,
+        })?;
+    tracing::debug!(machine = %machine.name_any(), ?outcome, "machine handed over to another shard");
+    Ok(Next::AwaitChange)
 }
 
 fn now() -> Timestamp {
@@ -124,7 +145,7 @@ async fn live(original: &Machine, ctx: &Context) -> Result<Next, Error> {
         Ok(t) => t,
         Err(e) => return report_invalid(ctx, &machine, e.to_string(), ctx.retry.long).await,
     };
-    let Some(class) = ctx
+    let Some(mut class) = ctx
         .classes
         .get(&ObjectRef::new(&class_name).within(&namespace))
     else {
@@ -132,9 +153,17 @@ async fn live(original: &Machine, ctx: &Context) -> Result<Next, Error> {
         return report_invalid(ctx, &machine, message, ctx.retry.short).await;
     };
     if !has_finalizer(&class.metadata, FINALIZER_MCM) {
-        // The class reconcile adds it; come back shortly.
-        let _ = ctx.class_triggers.send(ObjectRef::from_obj(&*class));
-        return Ok(Next::Requeue(ctx.retry.short));
+        if !ctx.sharded() || class.metadata.deletion_timestamp.is_some() {
+            // The class reconcile adds it; come back shortly (MCM's `ValidateMachineClass`).
+            let _ = ctx.class_triggers.send(ObjectRef::from_obj(&*class));
+            return Ok(Next::Requeue(ctx.retry.short));
+        }
+        // Sharded, the class reconcile runs on the leader, which caches only its own share of
+        // the Machines: the shard that reconciles a user of the class guards it itself.
+        match add_class_finalizer(ctx, &class).await? {
+            Some(written) => class = Arc::new(written),
+            None => return Ok(Next::Requeue(ctx.retry.conflict)),
+        }
     }
     let problems = validate_class(&class);
     if !problems.is_empty() {
@@ -180,6 +209,31 @@ async fn live(original: &Machine, ctx: &Context) -> Result<Next, Error> {
         return create_flow(ctx, &machine, request, &timeouts).await;
     }
     Ok(Next::Requeue(requeue))
+}
+
+/// Sharded: adds the MCM finalizer to a live `class` one of this shard's Machines uses, guarded
+/// by the class's resourceVersion. `None` when another replica wrote the class first (a 409):
+/// the caller comes back once the watch brought the newer class.
+///
+/// **Decision** (ours; MCM's machine controller only enqueues the class and retries, leaving
+/// the finalizer to the class reconcile): with sharding the class reconcile runs on the leader,
+/// which does not cache the Machines of other shards, so the shard that reconciles a Machine
+/// makes sure its class keeps the finalizer while the Machine uses it.
+async fn add_class_finalizer(
+    ctx: &Context,
+    class: &MachineClass,
+) -> Result<Option<MachineClass>, Error> {
+    let Some(list) = finalizers_with(&class.metadata, FINALIZER_MCM) else {
+        return Ok(Some(class.clone()));
+    };
+    match patch_finalizers(&ctx.classes_api(), &class.metadata, list).await {
+        Ok(written) => {
+            tracing::info!(class = %class.name_any(), "added the class finalizer for a machine of this shard");
+            Ok(Some(written))
+        }
+        Err(Error::PatchFinalizers { source, .. }) if is_conflict(&source) => Ok(None),
+        Err(error) => Err(error),
+    }
 }
 
 /// Reports bad input on the Machine: a Warning Event and lastOperation Failed (written and
@@ -288,10 +342,7 @@ async fn health_and_node(
         .map_or_else(|| created_at(machine), |t| t.0);
     let phase = machine.phase();
     let deferred_check = phase == Some(&MachinePhase::Unknown)
-        && another_failed_in_deployment(
-            machine,
-            ctx.own_machines.store().state().iter().map(|m| &**m),
-        );
+        && another_failed_in_deployment_of(ctx, machine).await?;
     let decision = evaluate_health(&HealthInput {
         machine_name: &name,
         phase,
@@ -333,6 +384,35 @@ async fn health_and_node(
         machine: Box::new(updated),
         recheck,
     })
+}
+
+/// MCM's "another Machine of this MachineDeployment failed" (a replacement is deferred while one
+/// is under way). Unsharded from the cache; sharded the other Machines of the deployment may be
+/// on other shards, so from a fresh LIST by the deployment's label (asked only for a Machine in
+/// phase `Unknown`).
+async fn another_failed_in_deployment_of(ctx: &Context, machine: &Machine) -> Result<bool, Error> {
+    if !ctx.sharded() {
+        let cached = ctx.own_machines.store().state();
+        return Ok(another_failed_in_deployment(
+            machine,
+            cached.iter().map(|m| &**m),
+        ));
+    }
+    let Some(deployment) = machine
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(LABEL_MACHINE_DEPLOYMENT))
+    else {
+        return Ok(false);
+    };
+    let selector = format!("{LABEL_MACHINE_DEPLOYMENT}={deployment}");
+    let mut found = false;
+    ctx.each_machine("the machines of its deployment", Some(&selector), |other| {
+        found = found || another_failed_in_deployment(machine, [other]);
+    })
+    .await?;
+    Ok(found)
 }
 
 fn node_view(node: &Node) -> Decoration {

@@ -71,6 +71,28 @@ pub fn decide_class(class: &MachineClass, machines_using: usize) -> ClassAction 
     }
 }
 
+/// Whether a shard's count of the Machines using `class` (`local_users`, from its own share of
+/// the Machines) is enough to decide the class, or the decision needs every Machine (a fresh
+/// LIST). Sharded, no replica caches every Machine; a positive local count is a lower bound, so
+/// it settles a live class alone: [`decide_class`] says `InUse` for any positive count, and
+/// `add_finalizer` does not depend on the count. A local zero may hide users on other shards
+/// (`Unused` must not be decided from it), and a deleting class announces the exact count.
+pub fn needs_every_machine(class: &MachineClass, local_users: usize) -> bool {
+    local_users == 0 || is_deleting(&class.metadata)
+}
+
+/// How many of `machines` use the class `namespace/name` (a page of a LIST, or a whole one).
+pub fn users_among<'a>(
+    machines: impl IntoIterator<Item = &'a Machine>,
+    namespace: &str,
+    name: &str,
+) -> usize {
+    machines
+        .into_iter()
+        .filter(|m| machine_uses_class(m, namespace, name))
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,6 +215,32 @@ mod tests {
         );
         assert!(!ClassAction::DeletionBlocked { machines: 1 }.writes());
         assert!(ClassAction::blocked_message(1).contains("still refer"));
+    }
+
+    #[test]
+    fn a_local_user_settles_a_live_class_and_anything_else_needs_every_machine() {
+        // Live class: one local user decides it, with or without the finalizer.
+        for finalized in [true, false] {
+            let live = class(finalized, false);
+            assert!(!needs_every_machine(&live, 1), "finalized {finalized}");
+            // The decision from the local lower bound is the one from any larger total.
+            assert_eq!(decide_class(&live, 1), decide_class(&live, 600));
+            // A local zero may hide users on other shards.
+            assert!(needs_every_machine(&live, 0), "finalized {finalized}");
+            assert_ne!(decide_class(&live, 0), decide_class(&live, 1));
+        }
+        // Deleting: the Warning names the exact count, so every Machine is counted.
+        let deleting = class(true, true);
+        assert!(needs_every_machine(&deleting, 3));
+        assert!(needs_every_machine(&deleting, 0));
+    }
+
+    #[test]
+    fn users_among_counts_this_class_only() {
+        let machines = [machine("test-mc"), machine("other-mc"), machine("test-mc")];
+        assert_eq!(users_among(&machines, "default", "test-mc"), 2);
+        assert_eq!(users_among(&machines, "other-ns", "test-mc"), 0);
+        assert_eq!(users_among(&machines, "default", "absent"), 0);
     }
 
     #[test]

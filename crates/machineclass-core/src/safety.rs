@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use capstan_apis::machine::{Machine, MachinePhase};
+
 /// What is known of the Machine named like a VM.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MachineRecord {
@@ -14,6 +16,17 @@ pub enum MachineRecord {
         provider_id: Option<String>,
         creating: bool,
     },
+}
+
+impl MachineRecord {
+    /// What the sweep reads of an existing `machine`: its recorded provider ID, and whether it is
+    /// still being created (phase empty or `CrashLoopBackOff`).
+    pub fn of(machine: &Machine) -> Self {
+        Self::Present {
+            provider_id: machine.spec.provider_id.clone(),
+            creating: matches!(machine.phase(), None | Some(MachinePhase::CrashLoopBackOff)),
+        }
+    }
 }
 
 /// One orphan VM: its provider ID and the machine name the driver reported for it.
@@ -97,5 +110,32 @@ mod tests {
         assert!(orphans(&vms, record).is_empty());
         let same = |_: &str| present("sim:///ns/m", false);
         assert!(orphans(&vms, same).is_empty());
+    }
+
+    #[test]
+    fn a_machine_record_is_creating_until_it_has_a_phase_past_crash_loop() {
+        let machine = |phase: Option<&str>| -> Machine {
+            let mut value = serde_json::json!({
+                "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
+                "metadata": {"name": "m", "namespace": "default"},
+                "spec": {"providerID": "sim:///default/m"}
+            });
+            if let Some(phase) = phase {
+                value["status"] = serde_json::json!({"currentStatus": {"phase": phase}});
+            }
+            serde_json::from_value(value).expect("a valid Machine")
+        };
+        for (phase, creating) in [
+            (None, true),
+            (Some("CrashLoopBackOff"), true),
+            (Some("Pending"), false),
+            (Some("Running"), false),
+        ] {
+            assert_eq!(
+                MachineRecord::of(&machine(phase)),
+                present("sim:///default/m", creating),
+                "{phase:?}"
+            );
+        }
     }
 }
