@@ -32,6 +32,10 @@ const WAIT: Duration = Duration::from_secs(60);
 #[path = "chart_rbac/gw_recycler.rs"]
 mod gw_recycler;
 
+// nodeslo-controller and machineclass-controller with sharding.enabled and three replicas.
+#[path = "chart_rbac/sharded.rs"]
+mod sharded;
+
 /// The chart installed as `capstan` in capstan-system, Machines in their own namespace and the
 /// NodeSLO config in Koordinator's.
 async fn installed() -> Option<(SimCluster, Value)> {
