@@ -415,17 +415,11 @@ fn machine(name: &str, labels: Value) -> Value {
         "spec": {"class": {"kind": "MachineClass", "name": "sim"}}})
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn machineclass_controller_runs_on_exactly_the_chart_rbac() {
-    use capstan_apis::machine::{Machine, MachineClass};
-    let Some((cluster, release)) = installed().await else {
-        return;
-    };
-    let admin = cluster.client.clone();
-    let machines: Api<Machine> = Api::namespaced(admin.clone(), MACHINES);
-    let classes: Api<MachineClass> = Api::namespaced(admin.clone(), MACHINES);
-    let nodes: Api<Node> = Api::all(admin.clone());
+/// The Secret `cloud` and the MachineClass `sim` (simulated provider) the machine scenarios use.
+async fn create_sim_class(admin: &kube::Client) {
+    use capstan_apis::machine::MachineClass;
     let pp = PostParams::default();
+    let classes: Api<MachineClass> = Api::namespaced(admin.clone(), MACHINES);
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(admin.clone(), MACHINES);
     secrets
         .create(
@@ -450,6 +444,20 @@ async fn machineclass_controller_runs_on_exactly_the_chart_rbac() {
         )
         .await
         .expect("class");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machineclass_controller_runs_on_exactly_the_chart_rbac() {
+    use capstan_apis::machine::{Machine, MachineClass};
+    let Some((cluster, release)) = installed().await else {
+        return;
+    };
+    let admin = cluster.client.clone();
+    let machines: Api<Machine> = Api::namespaced(admin.clone(), MACHINES);
+    let classes: Api<MachineClass> = Api::namespaced(admin.clone(), MACHINES);
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let pp = PostParams::default();
+    create_sim_class(&admin).await;
     for (name, labels) in [
         ("drained", json!({})),
         ("forced", json!({"force-deletion": "true"})),

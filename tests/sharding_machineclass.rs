@@ -219,18 +219,7 @@ async fn probe_nodes(cluster: &SimCluster, machines: &[&Machine], type_: &str) {
 
 /// Whether a write changed the ring's labels and nothing else among the labels.
 fn ring_labels_only(write: &ObjectWrite) -> bool {
-    let strip = |labels: &Option<BTreeMap<String, String>>| {
-        labels.clone().map(|mut labels| {
-            labels.remove(RING_LABEL);
-            labels.remove(DRAIN_LABEL);
-            labels
-        })
-    };
-    write.verb == "patch"
-        && write.subresource.is_empty()
-        && write.labels_before.is_some()
-        && write.labels_before != write.labels_after
-        && strip(&write.labels_before) == strip(&write.labels_after)
+    capstan_scenarios::journal::ring_labels_only(write, RING_LABEL, DRAIN_LABEL)
 }
 
 /// What the journal says about the Machine writes of the replicas.

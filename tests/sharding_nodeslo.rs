@@ -26,12 +26,17 @@ const CONFIG_NS: &str = "koordinator-system";
 const CONFIG_NAME: &str = "slo-controller-config";
 const CONVERGE: Duration = Duration::from_secs(90);
 
-/// kube-sim with the NodeSLO journal on, the config namespace and `n` Nodes.
-async fn cluster_with_nodes(n: usize) -> SimCluster {
+/// kube-sim with the NodeSLO journal on and the config namespace, the config at 40%.
+async fn journaled_cluster() -> SimCluster {
     let cluster = SimCluster::start().await;
     cluster.sim.journal_writes("slo.koordinator.sh", "nodeslos");
     cluster.create_namespaces(&[CONFIG_NS]).await;
     set_threshold(&cluster, 40).await;
+    cluster
+}
+
+/// Creates Nodes `node-00000` .. for `n`, 16 at a time.
+async fn create_nodes(cluster: &SimCluster, n: usize) {
     let nodes: Api<Node> = Api::all(cluster.client.clone());
     futures::stream::iter(0..n)
         .for_each_concurrent(16, |i| {
@@ -45,7 +50,6 @@ async fn cluster_with_nodes(n: usize) -> SimCluster {
             }
         })
         .await;
-    cluster
 }
 
 /// Creates or changes the cluster's `cpuSuppressThresholdPercent`.
@@ -214,16 +218,7 @@ fn shard_of(labels: Option<&BTreeMap<String, String>>) -> Option<&str> {
 
 /// Whether a write changed nothing but the ring's labels: the sharder's assignments and drains.
 fn is_label_move(write: &ObjectWrite) -> bool {
-    let strip = |labels: &Option<BTreeMap<String, String>>| {
-        labels.clone().map(|mut labels| {
-            labels.remove(RING_LABEL);
-            labels.remove(DRAIN_LABEL);
-            labels
-        })
-    };
-    write.verb == "patch"
-        && write.labels_before != write.labels_after
-        && strip(&write.labels_before) == strip(&write.labels_after)
+    capstan_scenarios::journal::ring_labels_only(write, RING_LABEL, DRAIN_LABEL)
 }
 
 /// Every NodeSLO write the journal holds was made by the shard that owned the NodeSLO at that
@@ -303,29 +298,14 @@ async fn converged_with_shares(
 async fn three_replicas_share_3000_nodes_and_take_over_a_killed_one_without_overlap() {
     const NODES: usize = 3000;
     let ids = ["nodeslo-0", "nodeslo-1", "nodeslo-2"];
-    let cluster = SimCluster::start().await;
-    cluster.sim.journal_writes("slo.koordinator.sh", "nodeslos");
-    cluster.create_namespaces(&[CONFIG_NS]).await;
-    set_threshold(&cluster, 40).await;
+    let cluster = journaled_cluster().await;
     let mut replicas = Vec::new();
     for id in ids {
         replicas.push(replica(&cluster, id).await);
     }
     // All three hold their Leases before the Nodes come, so the creates already split.
     wait_for_shards(&cluster, &ids).await;
-    let nodes: Api<Node> = Api::all(cluster.client.clone());
-    futures::stream::iter(0..NODES)
-        .for_each_concurrent(16, |i| {
-            let nodes = nodes.clone();
-            async move {
-                let node = objects::node(&format!("node-{i:05}"), &[("pool", "p")]);
-                nodes
-                    .create(&PostParams::default(), &node)
-                    .await
-                    .expect("node created");
-            }
-        })
-        .await;
+    create_nodes(&cluster, NODES).await;
 
     let per_shard = converged(&cluster, NODES, 40, &ids).await;
     if per_shard.len() != ids.len() {
@@ -419,7 +399,8 @@ async fn three_replicas_share_3000_nodes_and_take_over_a_killed_one_without_over
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaling_three_to_five_to_two_while_the_config_changes_loses_no_update() {
     const NODES: usize = 600;
-    let cluster = cluster_with_nodes(NODES).await;
+    let cluster = journaled_cluster().await;
+    create_nodes(&cluster, NODES).await;
     let all = [
         "nodeslo-0",
         "nodeslo-1",

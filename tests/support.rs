@@ -4,6 +4,8 @@
 // The crate root sits beside the scenarios, so its modules live in support/ (explicit paths).
 #[path = "support/helm.rs"]
 pub mod helm;
+#[path = "support/journal.rs"]
+pub mod journal;
 #[path = "support/slice.rs"]
 pub mod slice;
 #[path = "support/tools.rs"]

@@ -178,7 +178,7 @@ async fn three_sharded_replicas_of_nodeslo_share_the_nodes_on_the_chart_rbac() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_sharded_replicas_of_machineclass_share_the_machines_on_the_chart_rbac() {
-    use capstan_apis::machine::{Machine, MachineClass};
+    use capstan_apis::machine::Machine;
     if !helm::available().await {
         return;
     }
@@ -200,30 +200,7 @@ async fn three_sharded_replicas_of_machineclass_share_the_machines_on_the_chart_
     })
     .await;
     let pp = PostParams::default();
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(admin.clone(), MACHINES);
-    secrets
-        .create(
-            &pp,
-            &from_json(json!({"metadata": {"name": "cloud", "namespace": MACHINES},
-                "data": {"userData": "Y2xvdWQtaW5pdA=="}})),
-        )
-        .await
-        .expect("secret");
-    let classes: Api<MachineClass> = Api::namespaced(admin.clone(), MACHINES);
-    classes
-        .create(
-            &pp,
-            &from_json(
-                json!({"apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineClass",
-                "metadata": {"name": "sim", "namespace": MACHINES},
-                "provider": "simulated", "providerSpec": {},
-                "secretRef": {"name": "cloud", "namespace": MACHINES},
-                "nodeTemplate": {"capacity": {"cpu": "2", "gpu": "0", "memory": "8Gi"},
-                    "instanceType": "sim.large", "region": "sim-1", "zone": "sim-1a"}}),
-            ),
-        )
-        .await
-        .expect("class");
+    create_sim_class(&admin).await;
     for i in 0..30 {
         machines
             .create(&pp, &from_json(machine(&format!("m{i:02}"), json!({}))))
