@@ -403,9 +403,16 @@ async fn python_client_stream_exec_runs_in_the_pod() {
     sim.shutdown().await;
 }
 
-/// The workspace's `gw-sidecar` binary (`cargo build -p sidecar-shim --bin gw-sidecar`).
+/// The folder of the workspace's `gw-sidecar` binary (`cargo build -p sidecar-shim --bin
+/// gw-sidecar`): this test's own profile folder (the test is `<target>/<profile>/deps/<test>`),
+/// so that a `CARGO_TARGET_DIR` elsewhere works too.
 fn gw_sidecar_dir() -> PathBuf {
-    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/debug"));
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("<target>/<profile>/deps layout")
+        .to_path_buf();
     assert!(
         dir.join("gw-sidecar").is_file(),
         "build it first: cargo build -p sidecar-shim --bin gw-sidecar"
