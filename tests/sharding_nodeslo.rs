@@ -16,7 +16,7 @@ use capstan_testkit_sim::SimCluster;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube_sim::ObjectWrite;
 
 const RING_LABEL: &str = "shard.sharding.capstan.dev/nodeslo";
@@ -52,6 +52,17 @@ async fn create_nodes(cluster: &SimCluster, n: usize) {
         .await;
 }
 
+/// Deletes Nodes `node-<i>` for `range`.
+async fn delete_nodes(cluster: &SimCluster, range: std::ops::Range<usize>) {
+    let nodes: Api<Node> = Api::all(cluster.client.clone());
+    for i in range {
+        nodes
+            .delete(&format!("node-{i:05}"), &DeleteParams::default())
+            .await
+            .expect("node deleted");
+    }
+}
+
 /// Creates or changes the cluster's `cpuSuppressThresholdPercent`.
 async fn set_threshold(cluster: &SimCluster, percent: i64) {
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), CONFIG_NS);
@@ -72,26 +83,28 @@ async fn set_threshold(cluster: &SimCluster, percent: i64) {
 
 /// A replica of the real binary with shard id `id`.
 async fn replica(cluster: &SimCluster, id: &str) -> BinaryUnderTest {
+    replica_with(cluster, id, &[]).await
+}
+
+/// [`replica`] with `extra` flags.
+async fn replica_with(cluster: &SimCluster, id: &str, extra: &[&str]) -> BinaryUnderTest {
     let path = binary("nodeslo-controller", "nodeslo-controller");
     let duration = LEASE_SECONDS.to_string();
-    cluster
-        .spawn(
-            path.to_str().expect("path"),
-            &[
-                "--shards",
-                "auto",
-                "--leader-elect",
-                "--lease-identity",
-                id,
-                "--lease-duration-seconds",
-                &duration,
-                "--lease-grace-seconds",
-                "2",
-                "--log-level",
-                "info,kube=warn",
-            ],
-        )
-        .await
+    let mut args = vec![
+        "--shards",
+        "auto",
+        "--leader-elect",
+        "--lease-identity",
+        id,
+        "--lease-duration-seconds",
+        &duration,
+        "--lease-grace-seconds",
+        "2",
+        "--log-level",
+        "info,kube=warn",
+    ];
+    args.extend_from_slice(extra);
+    cluster.spawn(path.to_str().expect("path"), &args).await
 }
 
 /// Waits until each of `ids` holds its shard Lease.
@@ -143,13 +156,13 @@ async fn converged(
     let deadline = Instant::now() + CONVERGE;
     loop {
         let slos = slos(cluster).await;
-        let settled = slos.len() == n
-            && slos.values().all(|(value, shard, draining)| {
-                *value == Some(percent)
-                    && !draining
-                    && shard.as_deref().is_some_and(|s| shards.contains(&s))
-            });
-        if settled {
+        let done = |(value, shard, draining): &(Option<i64>, Option<String>, bool)| {
+            *value == Some(percent)
+                && !draining
+                && shard.as_deref().is_some_and(|s| shards.contains(&s))
+        };
+        let wrong: Vec<_> = slos.iter().filter(|(_, slo)| !done(slo)).collect();
+        if slos.len() == n && wrong.is_empty() {
             let mut per_shard = BTreeMap::new();
             for (_, shard, _) in slos.values() {
                 *per_shard
@@ -158,15 +171,7 @@ async fn converged(
             }
             return per_shard;
         }
-        let wrong = slos
-            .iter()
-            .filter(|(_, (value, shard, draining))| {
-                *value != Some(percent)
-                    || *draining
-                    || !shard.as_deref().is_some_and(|s| shards.contains(&s))
-            })
-            .take(3)
-            .collect::<Vec<_>>();
+        let wrong = &wrong[..wrong.len().min(3)];
         assert!(
             Instant::now() < deadline,
             "not converged to {percent}% over {shards:?} within {CONVERGE:?}: {} NodeSLOs, e.g. {wrong:?}",
@@ -443,9 +448,52 @@ async fn scaling_three_to_five_to_two_while_the_config_changes_loses_no_update()
     }
     let staying = ["nodeslo-1", "nodeslo-4"];
     converged_with_shares(&cluster, NODES, 70, &staying).await;
+    // A deleted Node's NodeSLO goes too, deleted by the replica that owns it.
+    delete_nodes(&cluster, 0..20).await;
+    converged(&cluster, NODES - 20, 70, &staying).await;
     let per_writer = assert_no_foreign_writes(&cluster);
     assert!(
         all.iter().all(|id| per_writer.contains_key(*id)),
         "every replica wrote its share at some point: {per_writer:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_node_labels_a_node_and_its_nodeslo_share_a_replica_and_a_deleted_node_loses_it() {
+    const NODES: usize = 300;
+    let ids = ["nodeslo-0", "nodeslo-1", "nodeslo-2"];
+    let cluster = journaled_cluster().await;
+    let mut replicas = Vec::new();
+    for id in ids {
+        replicas.push(replica_with(&cluster, id, &["--shard-node-labels"]).await);
+    }
+    wait_for_shards(&cluster, &ids).await;
+    create_nodes(&cluster, NODES).await;
+    converged_with_shares(&cluster, NODES, 40, &ids).await;
+    // The sharder labelled every Node, with the replica its NodeSLO has (same ring, same key).
+    let nodes: Api<Node> = Api::all(cluster.client.clone());
+    let slo_owners = slos(&cluster).await;
+    for node in nodes
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+    {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let node_owner = shard_of(node.metadata.labels.as_ref());
+        assert!(node_owner.is_some(), "Node {name} has a shard label");
+        assert_eq!(
+            node_owner,
+            slo_owners[&name].1.as_deref(),
+            "Node {name} and its NodeSLO are on one replica"
+        );
+    }
+    // A replica sees only its own Nodes, so a deleted Node's NodeSLO is deleted only after its
+    // owner read the Node is gone.
+    delete_nodes(&cluster, 0..15).await;
+    converged(&cluster, NODES - 15, 40, &ids).await;
+    set_threshold(&cluster, 75).await;
+    converged(&cluster, NODES - 15, 75, &ids).await;
+    assert_no_foreign_writes(&cluster);
+    drop(replicas);
 }

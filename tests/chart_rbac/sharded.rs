@@ -54,6 +54,47 @@ async fn replicas_as_service_account(
     (bins, kubeconfig)
 }
 
+/// The chart installed with only `component` of the sharded pair, `settings` merged into its
+/// values with three sharded replicas, its CRDs served; `None` without Helm's library.
+async fn installed_sharded(component: &str, settings: Value) -> Option<(SimCluster, Value)> {
+    if !helm::available().await {
+        return None;
+    }
+    let cluster = helm::cluster().await;
+    cluster.create_namespaces(&[CONFIG_NS, MACHINES]).await;
+    let mut values = settings;
+    values["replicas"] = json!(REPLICAS);
+    values["sharding"] = json!({"enabled": true});
+    let mut controllers = json!({
+        "machineclass-controller": {"enabled": false},
+        "machineset-controller": {"enabled": false},
+        "nodeslo-controller": {"enabled": false},
+    });
+    controllers[component] = values;
+    let release = helm::install(
+        &cluster,
+        "capstan",
+        NS,
+        &json!({"controllers": controllers}),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("install failed: {e:?}"));
+    let slos: Api<NodeSlo> = Api::all(cluster.client.clone());
+    eventually("CRDs served", WAIT, || async {
+        slos.list(&ListParams::default()).await.ok().map(drop)
+    })
+    .await;
+    Some((cluster, release))
+}
+
+/// Every replica's output, one after the other.
+fn joined_output(bins: &[BinaryUnderTest]) -> String {
+    bins.iter()
+        .map(|b| b.output().join("\n"))
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
 /// Objects per value of `label` among `labels`.
 fn per_shard<'a>(
     labels: impl Iterator<Item = Option<&'a BTreeMap<String, String>>>,
@@ -114,26 +155,12 @@ async fn assert_sharded_grants_used(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_sharded_replicas_of_nodeslo_share_the_nodes_on_the_chart_rbac() {
-    if !helm::available().await {
+    let settings = json!({"configNamespace": CONFIG_NS});
+    let Some((cluster, release)) = installed_sharded("nodeslo-controller", settings).await else {
         return;
-    }
-    let cluster = helm::cluster().await;
-    cluster.create_namespaces(&[CONFIG_NS, MACHINES]).await;
-    let values = json!({"controllers": {
-        "machineclass-controller": {"enabled": false},
-        "machineset-controller": {"enabled": false},
-        "nodeslo-controller": {"configNamespace": CONFIG_NS, "replicas": REPLICAS,
-            "sharding": {"enabled": true}}
-    }});
-    let release = helm::install(&cluster, "capstan", NS, &values)
-        .await
-        .unwrap_or_else(|e| panic!("install failed: {e:?}"));
+    };
     let admin = cluster.client.clone();
     let slos: Api<NodeSlo> = Api::all(admin.clone());
-    eventually("CRDs served", WAIT, || async {
-        slos.list(&ListParams::default()).await.ok().map(drop)
-    })
-    .await;
     let nodes: Api<Node> = Api::all(admin.clone());
     for i in 0..90 {
         nodes
@@ -152,12 +179,7 @@ async fn three_sharded_replicas_of_nodeslo_share_the_nodes_on_the_chart_rbac() {
         &[],
     )
     .await;
-    let output = || {
-        bins.iter()
-            .map(|b| b.output().join("\n"))
-            .collect::<Vec<_>>()
-            .join("\n---\n")
-    };
+    let output = || joined_output(&bins);
     let counts = eventually_with("90 NodeSLOs over three replicas", WAIT, output, || async {
         let list = slos.list(&ListParams::default()).await.ok()?;
         let counts = per_shard(
@@ -179,23 +201,14 @@ async fn three_sharded_replicas_of_nodeslo_share_the_nodes_on_the_chart_rbac() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_sharded_replicas_of_machineclass_share_the_machines_on_the_chart_rbac() {
     use capstan_apis::machine::Machine;
-    if !helm::available().await {
+    let settings = json!({"namespace": MACHINES});
+    let Some((cluster, release)) = installed_sharded("machineclass-controller", settings).await
+    else {
         return;
-    }
-    let cluster = helm::cluster().await;
-    cluster.create_namespaces(&[CONFIG_NS, MACHINES]).await;
-    let values = json!({"controllers": {
-        "nodeslo-controller": {"enabled": false},
-        "machineset-controller": {"enabled": false},
-        "machineclass-controller": {"namespace": MACHINES, "replicas": REPLICAS,
-            "sharding": {"enabled": true}}
-    }});
-    let release = helm::install(&cluster, "capstan", NS, &values)
-        .await
-        .unwrap_or_else(|e| panic!("install failed: {e:?}"));
+    };
     let admin = cluster.client.clone();
     let machines: Api<Machine> = Api::namespaced(admin.clone(), MACHINES);
-    eventually("CRDs served", WAIT, || async {
+    eventually("Machines served", WAIT, || async {
         machines.list(&ListParams::default()).await.ok().map(drop)
     })
     .await;
@@ -215,12 +228,7 @@ async fn three_sharded_replicas_of_machineclass_share_the_machines_on_the_chart_
         &["--short-retry=500ms", "--sim-ready-delay=1s"],
     )
     .await;
-    let output = || {
-        bins.iter()
-            .map(|b| b.output().join("\n"))
-            .collect::<Vec<_>>()
-            .join("\n---\n")
-    };
+    let output = || joined_output(&bins);
     let counts = eventually_with(
         "30 Machines Running over three replicas",
         WAIT,

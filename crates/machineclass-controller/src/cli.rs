@@ -84,15 +84,10 @@ impl Args {
     /// leader runs the sharder and the class-wide work, and the election's identity, `POD_NAME`,
     /// is the shard id).
     pub fn check(&self) -> Result<(), String> {
-        if self.sharding.enabled() && !self.common.leader.leader_elect {
-            return Err(
-                "--shards auto needs --leader-elect: the elected leader assigns Machines \
-                 to shards and runs the MachineClass, Secret and orphan-VM work, and the \
-                 election's identity (--lease-identity, POD_NAME) is the shard id"
-                    .to_owned(),
-            );
-        }
-        Ok(())
+        self.sharding.check(
+            &self.common.leader,
+            "assigns Machines to shards and runs the MachineClass, Secret and orphan-VM work",
+        )
     }
 
     pub fn machine_timeouts(&self) -> MachineTimeouts {

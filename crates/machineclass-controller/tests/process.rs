@@ -40,20 +40,6 @@ async fn bad_configuration_exits_non_zero_without_serving() {
 /// `--shards auto` without `--leader-elect` is refused before anything starts, naming both.
 #[tokio::test]
 async fn sharding_without_leader_election_is_refused_at_start() {
-    let error = capstan_testkit::process::BinaryUnderTest::spawn(
-        BIN,
-        &["--shards", "auto", "--metrics-addr", "127.0.0.1:0"],
-    )
-    .await
-    .expect_err("refused before serving");
-    match error {
-        capstan_testkit::process::TestingError::ExitedEarly { status, output } => {
-            assert!(status.is_some_and(|s| !s.success()), "{output}");
-            assert!(
-                output.contains("--shards auto needs --leader-elect"),
-                "{output}"
-            );
-        }
-        other => panic!("unexpected {other}"),
-    }
+    let auto = ["--shards", "auto"];
+    contract::refused_at_start(BIN, &auto, "--shards auto needs --leader-elect").await;
 }

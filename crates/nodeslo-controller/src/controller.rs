@@ -143,24 +143,23 @@ impl NodeSloController {
             if !allowed {
                 return;
             }
-            match &self.sharded {
-                Some(sharded) => {
-                    tracing::info!(shard = %sharded.member.shard(), "shard Lease held: reconciling this shard's nodes")
-                }
-                None => tracing::info!("leading: reconciling"),
-            }
             let workers = self
                 .queue
                 .run(self.settings.workers, |name| self.clone().reconcile(name));
             match &self.sharded {
-                // Workers end at shutdown; the membership trigger is dropped with them.
                 Some(sharded) => {
+                    let shard = sharded.member.shard();
+                    tracing::info!(%shard, "shard Lease held: reconciling this shard's nodes");
+                    // Workers end at shutdown; the membership trigger is dropped with them.
                     tokio::select! {
                         () = workers => {}
                         () = self.reconcile_all_on_membership_changes(sharded) => {}
                     }
                 }
-                None => workers.await,
+                None => {
+                    tracing::info!("leading: reconciling");
+                    workers.await;
+                }
             }
         };
         let mut work = std::pin::pin!(work);

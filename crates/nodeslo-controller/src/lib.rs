@@ -44,12 +44,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if args.shard_node_labels && !args.sharding.enabled() {
         anyhow::bail!("--shard-node-labels needs --shards auto");
     }
-    if args.sharding.enabled() && !args.common.leader.leader_elect {
-        anyhow::bail!(
-            "--shards auto needs --leader-elect: the elected leader assigns nodes to shards \
-             (set both, or --shards off)"
-        );
-    }
+    args.sharding
+        .check(&args.common.leader, "assigns nodes to shards")
+        .map_err(anyhow::Error::msg)?;
     let mut binary = Binary::start(SERVICE_NAME, &args.common)?;
     let client = binary.kube_client().await?;
     let controller_metrics = ControllerMetrics::register(binary.registry(), SERVICE_NAME);
@@ -126,7 +123,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// The leader's sharders: NodeSLOs always, Nodes with `--shard-node-labels`; they end with the
-/// leadership or at shutdown.
+/// leadership or at shutdown, and a failed one shuts the replica down.
 async fn run_sharders(
     client: &kube::Client,
     member: &ShardMember,
@@ -152,6 +149,8 @@ async fn run_sharders(
     };
     let (slos, nodes) = futures::future::join(slos, nodes).await;
     for error in [slos.err(), nodes.err()].into_iter().flatten() {
-        tracing::error!(%error, "sharder stopped");
+        // A leader without its sharder would leave new and moved objects unassigned.
+        tracing::error!(%error, "the sharder failed; shutting down so that another replica leads");
+        shutdown.trigger();
     }
 }

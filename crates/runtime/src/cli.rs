@@ -250,6 +250,18 @@ impl ShardingArgs {
     pub fn enabled(&self) -> bool {
         self.mode == ShardMode::Auto
     }
+
+    /// `--shards auto` needs `--leader-elect`: the elected leader assigns the objects
+    /// (`leader_work` names what else it does), and the election's identity is the shard id.
+    pub fn check(&self, leader: &LeaderElectionArgs, leader_work: &str) -> Result<(), String> {
+        if self.enabled() && !leader.leader_elect {
+            return Err(format!(
+                "--shards auto needs --leader-elect: the elected leader {leader_work}, and the \
+                 election's identity (--lease-identity, POD_NAME) is the shard id"
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Parses a count flag (`--workers`, `--machine-concurrency`): a whole number of at least 1, as
@@ -289,6 +301,26 @@ fn read_kubeconfig_paths(paths: &std::path::Path) -> Result<Kubeconfig, RuntimeE
 #[cfg(test)]
 mod tests {
     use super::{identity_of_user_agent, parse_count, user_agent_of};
+
+    #[test]
+    fn sharding_needs_leader_election_and_says_why() {
+        let auto = super::ShardingArgs {
+            mode: super::ShardMode::Auto,
+        };
+        let mut leader = super::LeaderElectionArgs::default();
+        let refused = auto
+            .check(&leader, "assigns nodes")
+            .expect_err("no election");
+        assert!(
+            refused.starts_with(
+                "--shards auto needs --leader-elect: the elected leader assigns nodes"
+            ),
+            "{refused}"
+        );
+        assert_eq!(super::ShardingArgs::default().check(&leader, "x"), Ok(()));
+        leader.leader_elect = true;
+        assert_eq!(auto.check(&leader, "x"), Ok(()));
+    }
 
     #[test]
     fn the_user_agent_names_the_replica_in_a_comment() {

@@ -470,19 +470,22 @@ pub mod contract {
     /// An invalid `--log-level` stops start-up with a non-zero exit and says why.
     pub async fn bad_configuration_exits_non_zero_without_serving(program: &str, args: &[&str]) {
         let mut all_args = args.to_vec();
-        all_args.extend([
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--log-level",
-            "info,kube=loud",
-        ]);
+        all_args.extend(["--log-level", "info,kube=loud"]);
+        refused_at_start(program, &all_args, "invalid log level").await;
+    }
+
+    /// `program` with `args` (and a free admin port) exits non-zero before serving, printing
+    /// `message`.
+    pub async fn refused_at_start(program: &str, args: &[&str], message: &str) {
+        let mut all_args = args.to_vec();
+        all_args.extend(["--metrics-addr", "127.0.0.1:0"]);
         let error = BinaryUnderTest::spawn(program, &all_args)
             .await
-            .expect_err("an invalid log filter stops start-up");
+            .expect_err("refused before serving");
         match error {
             TestingError::ExitedEarly { status, output } => {
                 assert!(status.is_some_and(|s| !s.success()), "{output}");
-                assert!(output.contains("invalid log level"), "{output}");
+                assert!(output.contains(message), "{args:?}: {output}");
             }
             other => panic!("unexpected {other}"),
         }

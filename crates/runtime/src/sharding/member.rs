@@ -41,16 +41,6 @@ impl ShardMember {
         metrics: Option<ShardingMetrics>,
     ) -> Result<Arc<Self>, ShardingError> {
         let config = ShardLeaseConfig::from_leader_args(ring, leader)?;
-        Self::start_with(client, config, shutdown, metrics)
-    }
-
-    /// [`start`](Self::start) with explicit Lease settings.
-    pub fn start_with(
-        client: kube::Client,
-        config: ShardLeaseConfig,
-        shutdown: Shutdown,
-        metrics: Option<ShardingMetrics>,
-    ) -> Result<Arc<Self>, ShardingError> {
         let handle = ShardLease::start(client.clone(), config.clone(), shutdown.clone())?;
         let stop_membership = shutdown.token().child_token();
         let leases: Api<Lease> = Api::namespaced(client.clone(), &config.namespace);
