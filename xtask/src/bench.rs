@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// What to measure: `nodeslo`, `machineclass`, `machineset`, `kube-sim`, `sidecars` or `recycler`; every suite when
+    /// What to measure: `nodeslo`, `sharding`, `machineclass`, `machineset`, `kube-sim`, `sidecars` or `recycler`; every suite when
     /// left out (see `capstan-bench --help`).
     target: Option<String>,
     /// A previous results file (target/bench/*.json): print the change per figure.
@@ -27,7 +27,7 @@ pub struct Args {
 /// The release binaries each benchmark spawns, besides the harness itself.
 fn binaries_for(target: &str) -> &'static [&'static str] {
     match target {
-        "nodeslo" => &["nodeslo-controller"],
+        "nodeslo" | "sharding" => &["nodeslo-controller"],
         "machineclass" => &["machineclass-controller"],
         "machineset" => &["machineclass-controller", "machineset-controller"],
         // The sidecars are the containers the recycler suite's kube-sims run.

@@ -116,18 +116,27 @@ impl Controller {
     /// Starts `bin` with `args`; `CAPSTAN_BENCH_LOG_LEVEL` (e.g. `info,gw_recycler=debug`), when
     /// set, replaces the `--log-level` given and shows the logs (stdout), for a timeline of a run.
     pub fn spawn(bin: &Path, args: &[&str]) -> Result<Self> {
+        Self::spawn_logging(bin, args, None)
+    }
+
+    /// [`Controller::spawn`], its logs (stdout) written to `log` when no log level was asked
+    /// for, so a suite can show the last lines of a replica that did not converge.
+    pub fn spawn_logging(bin: &Path, args: &[&str], log: Option<&Path>) -> Result<Self> {
         let log_level = std::env::var("CAPSTAN_BENCH_LOG_LEVEL").ok();
         let args = with_log_level(args, log_level.as_deref());
+        let stdout = match (&log_level, log) {
+            (Some(_), _) => Stdio::inherit(),
+            (None, Some(path)) => std::fs::File::create(path)
+                .with_context(|| format!("creating {}", path.display()))?
+                .into(),
+            (None, None) => Stdio::null(),
+        };
         let child = Command::new(bin)
             .args(&args)
             .env_remove("KUBECONFIG")
             .stdin(Stdio::null())
-            // Logs go to stdout: shown only when a log level was asked for.
-            .stdout(if log_level.is_some() {
-                Stdio::inherit()
-            } else {
-                Stdio::null()
-            })
+            // Logs go to stdout: shown only when a log level was asked for (or kept in `log`).
+            .stdout(stdout)
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
             .spawn()
@@ -159,6 +168,18 @@ impl Controller {
             .context("VmHWM value")?
             .parse()?;
         Ok(kib * 1024)
+    }
+
+    /// `kill -9`, as a crashed node or an OOM kill would stop it, and reaps it.
+    pub async fn kill(mut self) -> Result<()> {
+        if let Some(pid) = self.child.id() {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(i32::try_from(pid)?),
+                nix::sys::signal::Signal::SIGKILL,
+            )?;
+        }
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await??;
+        Ok(())
     }
 
     pub async fn stop(mut self) -> Result<()> {

@@ -23,6 +23,7 @@ mod programs;
 mod recycler;
 mod report;
 mod results;
+mod sharding;
 mod sidecars;
 mod table;
 
@@ -58,6 +59,8 @@ enum Target {
     Machineset(machineset::Args),
     /// NodeSLO controller: convergence and config fan-out against a bare client, writes per node, peak RSS.
     Nodeslo(nodeslo::Args),
+    /// nodeslo-controller sharded: peak RSS per replica with 1, 2, 4 replicas (all Nodes watched, or labelled), writes per node, takeover of a killed shard.
+    Sharding(sharding::Args),
     /// kube-sim: creates/s, a list of 10,000 objects, watch fan-out under load, memory per object.
     KubeSim(kube_sim::Args),
     /// router-sidecar and gw-sidecar: requests/s and p50/p99 per method and stream count, as a ratio to an empty handler.
@@ -86,7 +89,7 @@ struct AllArgs {
 
 /// Each suite's arguments for `all`: defaults, or tiny sizes (two sizes per controller suite, so
 /// the scaling curve is drawn too).
-const TINY: [(&str, &[&str]); 5] = [
+const TINY: [(&str, &[&str]); 6] = [
     (
         "kube-sim",
         &[
@@ -101,6 +104,10 @@ const TINY: [(&str, &[&str]); 5] = [
         ],
     ),
     ("nodeslo", &["--sizes", "10,20", "--runs", "2"]),
+    (
+        "sharding",
+        &["--nodes", "30", "--replicas", "1,2", "--kills", "1"],
+    ),
     (
         "machineclass",
         &["--classes", "2", "--sizes", "6,12", "--runs", "2"],
@@ -171,7 +178,7 @@ fn main() -> anyhow::Result<()> {
     let mut rows = Vec::new();
     let mut pictures = Vec::new();
     for (suite, mut report) in reports {
-        if !report.convergence.is_empty() {
+        if !report.convergence.is_empty() || report.chart.is_some() {
             std::fs::create_dir_all(&cli.out_dir)
                 .with_context(|| format!("creating {}", cli.out_dir.display()))?;
             let path = cli.out_dir.join(format!("{suite}-{short}.svg"));
@@ -186,6 +193,7 @@ fn main() -> anyhow::Result<()> {
         Target::Machineclass(_) => "machineclass",
         Target::Machineset(_) => "machineset",
         Target::Nodeslo(_) => "nodeslo",
+        Target::Sharding(_) => "sharding",
         Target::KubeSim(_) => "kube-sim",
         Target::Sidecars(_) => "sidecars",
         Target::Recycler(_) => "recycler",
@@ -233,6 +241,10 @@ async fn run(cli: &Cli) -> Result<Vec<(&'static str, Report)>> {
             "nodeslo",
             with_stolen_cpu(nodeslo::run(bin_dir, args)).await?,
         )),
+        Target::Sharding(args) => reports.push((
+            "sharding",
+            with_stolen_cpu(sharding::run(bin_dir, args)).await?,
+        )),
         Target::KubeSim(args) => {
             reports.push(("kube-sim", with_stolen_cpu(kube_sim::run(args)).await?))
         }
@@ -271,6 +283,7 @@ async fn run_suite(bin_dir: &Path, suite: &str, argv: &[&str]) -> Result<Report>
     match suite {
         "kube-sim" => kube_sim::run(&suite_args(argv)?).await,
         "nodeslo" => nodeslo::run(bin_dir, &suite_args(argv)?).await,
+        "sharding" => sharding::run(bin_dir, &suite_args(argv)?).await,
         "machineclass" => machineclass::run(bin_dir, &suite_args(argv)?).await,
         "machineset" => machineset::run(bin_dir, &suite_args(argv)?).await,
         "sidecars" => sidecars::run(&suite_args(argv)?).await,

@@ -370,7 +370,7 @@ fn spec_with_threshold(percent: Option<i64>) -> Result<NodeSloSpec> {
 }
 
 /// The N Nodes both the floor and the controller start from.
-async fn create_nodes(cluster: &Cluster, n: usize) -> Result<()> {
+pub(crate) async fn create_nodes(cluster: &Cluster, n: usize) -> Result<()> {
     let nodes: Api<Node> = Api::all(cluster.client.clone());
     for_each_concurrent(0..n, 16, |i| {
         let nodes = nodes.clone();

@@ -39,6 +39,26 @@ pub struct ScalePoint {
     pub peak_rss_mib: f64,
 }
 
+/// A figure against a parameter of the suite (peak RSS per replica against replicas), one line
+/// per variant: the picture of a suite that has no scaling curve (`plot.rs`).
+#[derive(Debug, Clone, Default)]
+pub struct Chart {
+    pub title: String,
+    pub x_desc: String,
+    pub y_desc: String,
+    pub lines: Vec<Line>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Line {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+    /// Index into the picture's colours, so a goal can share its measurement's colour.
+    pub color: usize,
+    /// A goal rather than a measurement: drawn dashed, without points.
+    pub dashed: bool,
+}
+
 #[derive(Default)]
 pub struct Report {
     pub title: String,
@@ -48,6 +68,8 @@ pub struct Report {
     pub scaling: Vec<ScalePoint>,
     /// Unit of the scaling sizes ("nodes", "machines"); empty when the suite has no picture.
     pub size_unit: String,
+    /// Drawn instead of the scaling curve, beside the convergence curves (if any).
+    pub chart: Option<Chart>,
 }
 
 impl Report {

@@ -69,6 +69,7 @@ fn every_suite_runs_at_tiny_sizes_and_writes_json_and_svg_that_compare_reads() {
     let suites = [
         "kube-sim",
         "nodeslo",
+        "sharding",
         "machineclass",
         "sidecars",
         "recycler",
@@ -111,6 +112,25 @@ fn every_suite_runs_at_tiny_sizes_and_writes_json_and_svg_that_compare_reads() {
     assert_eq!(converge["target"], "<= 1.3x");
     assert!(converge["met"].is_boolean());
     figure("nodeslo: 10 nodes: controller peak RSS");
+    // Sharding: RSS against one replica of the same mode, writes against the unsharded run.
+    for mode in ["all Nodes watched", "--shard-node-labels"] {
+        let rss = figure(&format!(
+            "sharding: {mode}, 2 replicas: peak RSS per replica (largest)"
+        ));
+        assert!(rss["floor"].as_f64().expect("floor") > 0.0, "{rss}");
+        assert_eq!(rss["unit"], "MiB", "{rss}");
+        let writes = figure(&format!(
+            "sharding: {mode}, 2 replicas: NodeSLO writes per node on create"
+        ));
+        assert_eq!(writes["floor"].as_f64(), Some(1.0), "{writes}");
+        assert_eq!(writes["target"], "<= 1x", "{writes}");
+        let takeover = figure(&format!(
+            "sharding: {mode}, 2 replicas: takeover, a killed shard's NodeSLOs labelled to live shards"
+        ));
+        assert_eq!(takeover["floor"].as_f64(), Some(4.0), "{takeover}");
+        assert!(takeover["met"].is_boolean(), "{takeover}");
+    }
+    figure("sharding: unsharded (--shards off): peak RSS");
     let mc_converge =
         figure("machineclass: 12 machines: converge (finalizers, all machines Running)");
     assert!(mc_converge["floor"].as_f64().expect("floor") > 0.0);
@@ -182,6 +202,7 @@ fn every_suite_runs_at_tiny_sizes_and_writes_json_and_svg_that_compare_reads() {
     for suite in [
         "kube-sim",
         "nodeslo",
+        "sharding",
         "machineclass",
         "sidecars",
         "recycler",
@@ -212,7 +233,7 @@ fn every_suite_runs_at_tiny_sizes_and_writes_json_and_svg_that_compare_reads() {
 
     // An SVG per controller suite, named in the output, that parses as XML with drawn lines.
     let svgs = files_with_extension(out.path(), "svg");
-    assert_eq!(svgs.len(), 2, "{svgs:?}");
+    assert_eq!(svgs.len(), 3, "{svgs:?}");
     for svg in &svgs {
         assert!(stdout.contains(&format!("picture: {}", svg.display())));
         let text = std::fs::read_to_string(svg).expect("read svg");
@@ -223,10 +244,18 @@ fn every_suite_runs_at_tiny_sizes_and_writes_json_and_svg_that_compare_reads() {
                 .filter(|n| n.tag_name().name() == "polyline")
                 .count()
                 >= 4,
-            "convergence and scaling lines in {}",
+            "convergence and scaling (or RSS) lines in {}",
             svg.display()
         );
-        assert!(text.contains("floor (bare client)"), "{}", svg.display());
+        let sharding = svg
+            .file_name()
+            .is_some_and(|name| name.to_string_lossy().starts_with("sharding-"));
+        let legend = if sharding {
+            "goal: 0.35x of 1 replica"
+        } else {
+            "floor (bare client)"
+        };
+        assert!(text.contains(legend), "{}", svg.display());
     }
 
     // compare: an older file where the converge took twice as long.
