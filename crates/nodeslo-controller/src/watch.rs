@@ -193,7 +193,7 @@ pub fn node_facts(node: &Node) -> NodeFacts {
         }
     }
     NodeFacts {
-        labels: node.metadata.labels.clone().unwrap_or_default(),
+        labels: node.metadata.labels.clone().unwrap_or_default().into(),
         bandwidth: node
             .annotations()
             .get(capstan_apis::slo::ANNOTATION_NETWORK_BANDWIDTH)

@@ -1,20 +1,20 @@
 //! The level-triggered NodeSLO decision: given what is known of a Node and its NodeSLO, what write
 //! (if any) brings the NodeSLO in line.
 
-use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use capstan_apis::slo::NodeSloSpec;
 use serde_json::Value;
 
 use crate::config::MergedConfig;
+use crate::labels::NodeLabels;
 use crate::spec::{NodeInput, compute_node_spec};
 
 /// What the decision needs of a Node; equal facts mean a Node change needs no reconcile, so
 /// heartbeats and condition updates do not trigger one.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodeFacts {
-    pub labels: BTreeMap<String, String>,
+    pub labels: NodeLabels,
     /// The `node.koordinator.sh/network-bandwidth` annotation.
     pub bandwidth: Option<String>,
     /// A digest of `status.allocatable`: it only triggers (the reference reconciles on it).
@@ -98,10 +98,11 @@ pub fn decide(
         });
     };
     let extensions = slo.and_then(|s| s.extensions.clone()).map(Value::Object);
+    let labels = node.labels.to_map();
     let computed = compute_node_spec(
         config,
         NodeInput {
-            labels: Some(&node.labels),
+            labels: Some(&labels),
             bandwidth_annotation: node.bandwidth.as_deref(),
             existing_extensions: extensions.as_ref(),
         },

@@ -10,11 +10,13 @@
 //! - [`config`]: the five ConfigMap keys, their defaults, and the per-key "last good" rule.
 //! - [`last_good`]: the key texts in force, stored so a restart keeps a bad key's last good value.
 //! - [`spec`]: choosing one node's spec from the merged config, and semantic comparison.
+//! - [`labels`]: a Node's labels, kept compact between watch events.
 //! - [`decide`]: the level-triggered decision (create, update, delete or nothing) for one node.
 
 pub mod bounds;
 pub mod config;
 pub mod decide;
+pub mod labels;
 pub mod last_good;
 pub mod merge;
 pub mod quantity;
@@ -23,4 +25,5 @@ pub mod spec;
 
 pub use config::{ConfigKey, ConfigProblem, MergedConfig};
 pub use decide::{Decision, NodeFacts, SloFacts, decide};
+pub use labels::NodeLabels;
 pub use spec::{NodeInput, NodeSpecOutcome, compute_node_spec, semantically_equal};
