@@ -203,6 +203,9 @@ struct Run {
     steady_writes: u64,
     /// Peak RSS per replica id, bytes.
     rss: BTreeMap<String, u64>,
+    /// Peak RSS of one replica of this setup on a cluster without Nodes: what the process costs
+    /// before any object (its code pages, runtime, clients), bytes.
+    idle_rss: u64,
     leader: Option<String>,
     /// NodeSLOs per shard once converged (sharded only).
     shares: BTreeMap<String, usize>,
@@ -363,6 +366,7 @@ async fn run_once(
     };
     let run_dir = scratch.join(&name);
     std::fs::create_dir_all(&run_dir)?;
+    let idle_rss = idle_rss(bin_dir, &run_dir, args, setup).await?;
     let cluster = Cluster::start(&run_dir, &name).await?;
     let created = Instant::now();
     crate::nodeslo::create_nodes(&cluster, n).await?;
@@ -394,8 +398,44 @@ async fn run_once(
     }
     let mut run = result?;
     run.unclean_exits = unclean_exits;
+    run.idle_rss = idle_rss;
     let _ = std::fs::remove_dir_all(&run_dir);
     Ok(run)
+}
+
+/// The peak RSS of one replica of `setup` on a cluster of its own without Nodes, once it has
+/// settled (sharded: leading, so that its sharders run).
+async fn idle_rss(bin_dir: &Path, run_dir: &Path, args: &Args, setup: Setup) -> Result<u64> {
+    let dir = run_dir.join("idle");
+    std::fs::create_dir_all(&dir)?;
+    let cluster = Cluster::start(&dir, "idle").await?;
+    let mut replicas = Replicas {
+        bin: bin_dir.join(CONTROLLER),
+        scratch: dir.clone(),
+        kubeconfig: cluster.kubeconfig.to_string_lossy().into_owned(),
+        workers: args.workers.max(1).to_string(),
+        lease: args.lease_seconds.to_string(),
+        grace: args.lease_grace_seconds.to_string(),
+        setup,
+        running: BTreeMap::new(),
+        starts: BTreeMap::new(),
+    };
+    let id = "nodeslo-0";
+    replicas.start(id)?;
+    if matches!(setup, Setup::Sharded { .. }) {
+        let deadline = Instant::now() + TIMEOUT;
+        while leader(&cluster).await?.as_deref() != Some(id) {
+            if Instant::now() > deadline {
+                bail!("the idle replica did not lead:\n{}", replicas.log_tails());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    tokio::time::sleep(STEADY).await;
+    let rss = replicas.running[id].peak_rss()?;
+    replicas.stop_all().await;
+    drop(cluster);
+    Ok(rss)
 }
 
 async fn measure(
@@ -473,6 +513,7 @@ async fn measure(
         update_writes,
         steady_writes,
         rss,
+        idle_rss: 0,
         leader,
         shares,
         takeovers,

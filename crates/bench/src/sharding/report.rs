@@ -75,6 +75,11 @@ pub(super) fn report(args: &Args, unsharded: &Run, sharded: &[(Mode, usize, Run)
             );
             let rss = mib(run.max_rss());
             if r == 1 {
+                report.row(
+                    format!("{prefix}: peak RSS of an idle replica"),
+                    format!("{:.1} MiB", mib(run.idle_rss)),
+                    "one replica of this mode on a cluster without Nodes, leading",
+                );
                 compared(
                     &mut report,
                     &format!("{prefix}: peak RSS"),
@@ -105,6 +110,23 @@ pub(super) fn report(args: &Args, unsharded: &Run, sharded: &[(Mode, usize, Run)
                     "MiB",
                     (r == RSS_GOAL_REPLICAS).then_some(goal.as_str()),
                     &format!("against 1 replica of this mode; {}", each.join(", ")),
+                );
+                let above = |bytes: u64| mib(bytes.saturating_sub(run.idle_rss));
+                compared(
+                    &mut report,
+                    &format!("{prefix}: peak RSS above an idle replica, per replica (largest)"),
+                    (
+                        above(run.max_rss()),
+                        mib(baseline.max_rss().saturating_sub(baseline.idle_rss)),
+                    ),
+                    "MiB",
+                    (r == RSS_GOAL_REPLICAS).then_some(goal.as_str()),
+                    &format!(
+                        "what the objects cost: peak RSS less that of one replica of this mode \
+                         on a cluster without Nodes ({:.1} MiB: code pages, runtime, clients), \
+                         against 1 replica of this mode likewise",
+                        mib(run.idle_rss)
+                    ),
                 );
                 if let Some(followers) = run.max_rss_followers() {
                     compared(
@@ -389,8 +411,11 @@ mod tests {
             reconciled: Duration::from_secs(7),
             rest: Duration::from_secs(2),
         }];
+        four.idle_rss = 20 * 1048576;
+        let mut one = run(&[100], Some("nodeslo-0"), 100, 0);
+        one.idle_rss = 20 * 1048576;
         let sharded = vec![
-            (Mode::AllNodes, 1, run(&[100], Some("nodeslo-0"), 100, 0)),
+            (Mode::AllNodes, 1, one),
             (Mode::AllNodes, 2, run(&[70, 50], Some("nodeslo-0"), 101, 0)),
             (Mode::AllNodes, 4, four),
             (
@@ -416,6 +441,23 @@ mod tests {
         assert_eq!(
             (rss.target.as_deref(), rss.met),
             (Some("<= 0.35x"), Some(false))
+        );
+        // Above an idle replica of 20 MiB: 40 MiB of 80.
+        let above = row(
+            &report,
+            "all Nodes watched, 4 replicas: peak RSS above an idle replica, per replica (largest)",
+        );
+        assert_eq!(
+            (above.value, above.floor, above.ratio, above.met),
+            (40.0, Some(80.0), Some(0.5), Some(false))
+        );
+        assert_eq!(
+            row(
+                &report,
+                "all Nodes watched, 1 replica: peak RSS of an idle replica"
+            )
+            .value,
+            20.0
         );
         let followers = row(
             &report,
