@@ -277,6 +277,21 @@ struct Replicas {
 }
 
 impl Replicas {
+    /// None running yet: replicas of `setup` on `cluster`, logging under `scratch`.
+    fn new(bin_dir: &Path, scratch: PathBuf, cluster: &Cluster, args: &Args, setup: Setup) -> Self {
+        Self {
+            bin: bin_dir.join(CONTROLLER),
+            scratch,
+            kubeconfig: cluster.kubeconfig.to_string_lossy().into_owned(),
+            workers: args.workers.max(1).to_string(),
+            lease: args.lease_seconds.to_string(),
+            grace: args.lease_grace_seconds.to_string(),
+            setup,
+            running: BTreeMap::new(),
+            starts: BTreeMap::new(),
+        }
+    }
+
     fn start(&mut self, id: &str) -> Result<()> {
         let mut argv = vec![
             "--kubeconfig",
@@ -380,17 +395,7 @@ async fn run_once(
             &serde_json::from_value(json!({"metadata": {"name": CONFIG_NAMESPACE}}))?,
         )
         .await?;
-    let mut replicas = Replicas {
-        bin: bin_dir.join(CONTROLLER),
-        scratch: run_dir.clone(),
-        kubeconfig: cluster.kubeconfig.to_string_lossy().into_owned(),
-        workers: args.workers.max(1).to_string(),
-        lease: args.lease_seconds.to_string(),
-        grace: args.lease_grace_seconds.to_string(),
-        setup,
-        running: BTreeMap::new(),
-        starts: BTreeMap::new(),
-    };
+    let mut replicas = Replicas::new(bin_dir, run_dir.clone(), &cluster, args, setup);
     let result = measure(&cluster, &mut replicas, args, kills).await;
     let unclean_exits = replicas.stop_all().await;
     if result.is_err() || unclean_exits > 0 {
@@ -409,17 +414,7 @@ async fn idle_rss(bin_dir: &Path, run_dir: &Path, args: &Args, setup: Setup) -> 
     let dir = run_dir.join("idle");
     std::fs::create_dir_all(&dir)?;
     let cluster = Cluster::start(&dir, "idle").await?;
-    let mut replicas = Replicas {
-        bin: bin_dir.join(CONTROLLER),
-        scratch: dir.clone(),
-        kubeconfig: cluster.kubeconfig.to_string_lossy().into_owned(),
-        workers: args.workers.max(1).to_string(),
-        lease: args.lease_seconds.to_string(),
-        grace: args.lease_grace_seconds.to_string(),
-        setup,
-        running: BTreeMap::new(),
-        starts: BTreeMap::new(),
-    };
+    let mut replicas = Replicas::new(bin_dir, dir.clone(), &cluster, args, setup);
     let id = "nodeslo-0";
     replicas.start(id)?;
     if matches!(setup, Setup::Sharded { .. }) {
