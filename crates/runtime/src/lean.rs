@@ -14,6 +14,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::core::DynamicResourceScope;
 use kube::runtime::watcher;
 use serde::Deserialize;
@@ -78,6 +79,48 @@ pub fn unwrap_event<K>(event: watcher::Event<Lean<K>>) -> watcher::Event<K> {
         watcher::Event::Init => watcher::Event::Init,
         watcher::Event::InitApply(Lean(obj)) => watcher::Event::InitApply(obj),
         watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+/// Writes whose answer is decoded as the watches decode objects, without
+/// `metadata.managedFields`: the server answers a patch or a delete with the whole object, and no
+/// decision reads its managedFields, while what a write returns stands in for the cached object
+/// (`own_writes`), which the watches cache without them too.
+pub struct LeanApi<K>(kube::Api<Lean<K>>);
+
+impl<K> LeanApi<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + fmt::Debug + serde::de::DeserializeOwned,
+{
+    pub fn new(api: kube::Api<K>) -> Self {
+        Self(lean_api(api))
+    }
+
+    /// `Api::patch`.
+    pub async fn patch<P: serde::Serialize + fmt::Debug>(
+        &self,
+        name: &str,
+        params: &PatchParams,
+        patch: &Patch<P>,
+    ) -> kube::Result<K> {
+        self.0.patch(name, params, patch).await.map(|Lean(k)| k)
+    }
+
+    /// `Api::patch_status`.
+    pub async fn patch_status<P: serde::Serialize + fmt::Debug>(
+        &self,
+        name: &str,
+        params: &PatchParams,
+        patch: &Patch<P>,
+    ) -> kube::Result<K> {
+        self.0
+            .patch_status(name, params, patch)
+            .await
+            .map(|Lean(k)| k)
+    }
+
+    /// `Api::delete`, the answer (the object being deleted, or a Status) dropped.
+    pub async fn delete(&self, name: &str, params: &DeleteParams) -> kube::Result<()> {
+        self.0.delete(name, params).await.map(drop)
     }
 }
 
