@@ -333,10 +333,19 @@ pub async fn run(bin_dir: &Path, args: &Args) -> Result<Report> {
     );
     let recycles = (singles.len() + args.pairs) as f64;
     let failed = made.count_where(|k| k.code >= 400);
+    let per_recycle: Vec<String> = made
+        .by_verb_resource_code()
+        .into_iter()
+        .map(|(what, n)| format!("{what} {:.1}", n as f64 / recycles))
+        .collect();
     report.row(
         "gw-recycler API requests per recycle",
         format!("{:.1}", made.total() as f64 / recycles),
-        format!("both sides, all three clusters: {}", by_verb(&made)),
+        format!(
+            "both sides, all three clusters: {} in all; per recycle by verb, resource and code: {}",
+            by_verb(&made),
+            per_recycle.join(", ")
+        ),
     );
     let failures = made
         .by_verb_resource_code()

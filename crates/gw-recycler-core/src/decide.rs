@@ -42,8 +42,8 @@ pub struct DeploymentFacts {
 pub struct PodFacts {
     /// Labelled `kubeslice.io/exclude-gw-route=true`.
     pub excluded: bool,
-    /// The gateway sidecar's NSM IP; when the sidecar does not answer, the one last published for
-    /// this pod in the SliceGateway's `gatewayPodStatus` (`None`: neither is known).
+    /// The NSM IP the SliceGateway's `gatewayPodStatus` publishes for this pod: its gateway
+    /// sidecar's answer, or the last good one while the sidecar is away (`None`: not published).
     pub nsm_ip: Option<String>,
 }
 
@@ -137,6 +137,20 @@ impl Missing {
         }
     }
 
+    /// Whether only a gRPC probe notices this condition change: a route in the router, the router
+    /// answering. Every other condition is announced by a watch event (a Deployment or Pod, the
+    /// CR, an NSM IP the SliceGateway publishes in `gatewayPodStatus`) or is a time, so a wait on
+    /// it is not re-probed.
+    pub fn needs_probe(&self) -> bool {
+        matches!(
+            self,
+            Missing::RouterReachable
+                | Missing::RouteCheckAnswered
+                | Missing::RouteViaNew
+                | Missing::RouteViaOldGone
+        )
+    }
+
     /// Short stable label (metrics, the condition reason).
     pub fn metric_label(&self) -> &'static str {
         match self {
@@ -183,7 +197,10 @@ pub enum ServerAction {
         /// Event reason announcing the step (the reference announces three of the four).
         reason: Option<&'static str>,
     },
-    /// Re-check on the next watch event, or after `recheck_after` for a time-based wait.
+    /// Re-check after `recheck_after`: the time a time-based wait ends, or, for a condition a
+    /// watch event announces (see [`Missing::needs_probe`]), the step timeout, so it fires though
+    /// no event comes. `None`: a condition only a probe notices (the edge re-probes on a ladder).
+    /// A watch event re-checks at once in every case.
     Wait {
         missing: Missing,
         recheck_after: Option<Duration>,
@@ -448,15 +465,15 @@ pub fn decide_server(facts: &ServerFacts, timing: &Timing, now: Timestamp) -> Se
         Step::Wait(missing) => missing,
     };
     if in_state >= timing.step_timeout {
-        ServerAction::Fail {
+        return ServerAction::Fail {
             step: facts.state.clone(),
             missing: pending,
-        }
-    } else {
-        ServerAction::Wait {
-            missing: pending,
-            recheck_after: None,
-        }
+        };
+    }
+    let recheck_after = (!pending.needs_probe()).then(|| timing.step_timeout - in_state);
+    ServerAction::Wait {
+        missing: pending,
+        recheck_after,
     }
 }
 

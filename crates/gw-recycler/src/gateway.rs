@@ -36,6 +36,7 @@ use crate::world::{
 };
 use capstan_apis::networking::LABEL_SLICEGW;
 use capstan_proto::sidecar::GwPodStatus;
+use capstan_runtime::lean::LeanApi;
 
 /// How long a gateway sidecar's complete answer (an NSM IP and an UP tunnel) stands for its pod
 /// incarnation. Every watch event of a gateway's pods, deployments or SliceGateway starts a pass,
@@ -262,7 +263,10 @@ impl GatewayReconciler {
             .await;
         let published = gateway.gateway_pods() != infos.as_slice();
         if published {
-            let api: Api<SliceGateway> = Api::namespaced(self.client.clone(), &self.namespace);
+            let api = LeanApi::new(Api::<SliceGateway>::namespaced(
+                self.client.clone(),
+                &self.namespace,
+            ));
             let patch = json!({"status": {"gatewayPodStatus": infos}});
             let params = write_params(&self.manager);
             let patch = Patch::Merge(&patch);
@@ -426,7 +430,12 @@ impl GatewayReconciler {
                 continue;
             }
             let params = DeleteParams::background();
-            match world.deployments.delete(d, api.delete(&dep, &params)).await {
+            let delete = LeanApi::new(api.clone());
+            match world
+                .deployments
+                .delete(d, delete.delete(&dep, &params))
+                .await
+            {
                 Ok(_) => tracing::info!(deployment = %dep, "marked gateway deployment deleted"),
                 Err(e) if is_not_found(&e) => {}
                 Err(source) => {

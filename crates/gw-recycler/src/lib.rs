@@ -45,6 +45,7 @@ pub mod ops;
 pub mod probe;
 pub mod rebalance;
 pub mod recycler;
+pub mod relevant;
 pub mod sidecars;
 pub mod template;
 pub mod trigger;
@@ -56,6 +57,7 @@ use crate::error::ReconcileError;
 use crate::gateway::GatewayReconciler;
 use crate::probe::{ProbeLadder, Rungs};
 use crate::recycler::Recycler;
+use crate::relevant::relevant_only;
 use crate::sidecars::Sidecars;
 use crate::template::GatewayTemplate;
 use crate::world::{World, gateway_deployments, label};
@@ -401,6 +403,9 @@ pub async fn run_controllers(w: Wiring, on_ready: impl FnOnce() + Send + 'static
     });
     let (gw_changed, dep_changed, pod_changed) =
         (to_recyclers.clone(), to_recyclers.clone(), to_recyclers);
+    // Only the Deployment and Pod events that change what a decision reads start passes.
+    let deployment_stream = relevant_only(deployment_stream, world.deployments.store().clone());
+    let pod_stream = relevant_only(pod_stream, world.pods.store().clone());
     let gateway_stream = gateway_stream.inspect_ok(move |g: &SliceGateway| {
         gw_changed(g.metadata.name.clone().into_iter().collect());
     });

@@ -3,7 +3,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::ExitCode;
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     capstan_gw_recycler::main_with(capstan_gw_recycler::cli::Args::parse_checked()).await
 }

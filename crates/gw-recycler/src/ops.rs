@@ -15,6 +15,7 @@ use serde_json::json;
 use crate::error::ReconcileError;
 use crate::sidecars::Sidecars;
 use crate::world::{World, pod_ip, remote_subnet, slice_of};
+use capstan_runtime::lean::LeanApi;
 
 /// The local side of a recycle: its cluster, namespace and SliceGateway.
 pub struct LocalSide<'a> {
@@ -49,8 +50,10 @@ impl LocalSide<'_> {
                     let Some(deployment) = self.world.deployment(old) else {
                         return Ok(());
                     };
-                    let deployments: Api<Deployment> =
-                        Api::namespaced(self.client.clone(), self.namespace);
+                    let deployments = LeanApi::new(Api::<Deployment>::namespaced(
+                        self.client.clone(),
+                        self.namespace,
+                    ));
                     let patch =
                         json!({"metadata": {"labels": {LABEL_MARKED_FOR_DELETION: "true"}}});
                     let params = self.params();
@@ -97,7 +100,10 @@ impl LocalSide<'_> {
             "metadata": {"resourceVersion": gateway.metadata.resource_version},
             "status": {"config": {"sliceGatewayIntermediateDeployments": list}}
         });
-        let api: Api<SliceGateway> = Api::namespaced(self.client.clone(), self.namespace);
+        let api = LeanApi::new(Api::<SliceGateway>::namespaced(
+            self.client.clone(),
+            self.namespace,
+        ));
         let params = self.params();
         let patch = Patch::Merge(&patch);
         let write = api.patch_status(self.gateway, &params, &patch);
@@ -117,7 +123,7 @@ impl LocalSide<'_> {
         deployment: &str,
         nsm_ip: Option<&str>,
     ) -> Result<(), ReconcileError> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.namespace);
+        let pods = LeanApi::new(Api::<Pod>::namespaced(self.client.clone(), self.namespace));
         for pod in self.world.deployment_pods(deployment) {
             let name = pod.metadata.name.clone().unwrap_or_default();
             let patch = json!({"metadata": {"labels": {LABEL_EXCLUDE_GW_ROUTE: "true"}}});
@@ -169,36 +175,20 @@ impl LocalSide<'_> {
     }
 }
 
-/// The NSM IP of gateway pod `pod` (`None`: not known yet, or empty): as `gateway` publishes it
-/// in `gatewayPodStatus`, where the reference's recycler reads it too
-/// (`GetNsmIPsForGwDeployment`), else from the pod's sidecar. The gateway reconciler publishes
-/// each sidecar's answer there and keeps the last good one while the sidecar is away, so a sick
-/// gateway's route is still known by it, and a recycle's passes cost no `GetStatus` once it is
-/// published (the SliceGateway's watch event wakes them); the sidecar is asked only before that,
-/// so a recycle never waits on the gateway reconciler's next pass.
-pub async fn nsm_ip_of(
-    sidecars: &Sidecars,
-    pod: &Pod,
-    gateway: Option<&SliceGateway>,
-) -> Option<String> {
+/// The NSM IP of gateway pod `pod` as `gateway` publishes it in `gatewayPodStatus` (`None`: not
+/// published yet, or empty), where the reference's recycler reads it too
+/// (`GetNsmIPsForGwDeployment`). The gateway reconciler publishes each sidecar's `GetStatus`
+/// answer there, and keeps the last good one while the sidecar is away, so a sick gateway's route
+/// is still known by it. A recycle never asks the sidecar itself: the route via a new gateway
+/// (what its step waits for next) is pushed only once the gateway reconciler has that answer,
+/// published in the same pass, and that write wakes the recycle.
+pub fn published_nsm_ip(pod: &Pod, gateway: Option<&SliceGateway>) -> Option<String> {
     let ip = pod_ip(pod)?;
     let name = pod.metadata.name.as_deref().unwrap_or_default();
-    if let Some(published) = gateway
-        .and_then(|g| g.published_pod(name, &ip))
-        .and_then(|p| p.nsm_ip())
-    {
-        return Some(published.to_owned());
-    }
-    match sidecars.gateway_status(&ip).await {
-        Ok(status) => status
-            .nsm_intf_status
-            .map(|n| n.nsm_ip)
-            .filter(|ip| !ip.is_empty()),
-        Err(error) => {
-            tracing::debug!(%error, pod = name, "gateway sidecar not answering, no NSM IP published");
-            None
-        }
-    }
+    gateway?
+        .published_pod(name, &ip)?
+        .nsm_ip()
+        .map(str::to_owned)
 }
 
 /// Merge-patch parameters naming our field manager.

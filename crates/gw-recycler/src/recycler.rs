@@ -25,9 +25,10 @@ use serde_json::json;
 
 use crate::error::ReconcileError;
 use crate::metrics::RecyclerMetrics;
-use crate::ops::{LocalSide, nsm_ip_of, write_params};
+use crate::ops::{LocalSide, published_nsm_ip, write_params};
 use crate::sidecars::Sidecars;
 use crate::world::{World, is_excluded, is_marked_for_deletion};
+use capstan_runtime::lean::LeanApi;
 
 /// Annotation (RFC 3339) recording when the server wrote the current state: the step timeout,
 /// drain delay and retention count from it, across restarts.
@@ -186,8 +187,8 @@ impl Recycler {
     }
 
     /// The facts of the local side: deployments from the caches, NSM IPs as the SliceGateway
-    /// publishes them (or their sidecars, before that), and routes from the router sidecar, of
-    /// the gateways `probes` names (the rest no decision at this step reads).
+    /// publishes them, and routes from the router sidecar, of the gateways `probes` names (the
+    /// rest no decision at this step reads).
     async fn observe(&self, world: &World, gateway: &str, old: &str, probes: Probes) -> SideFacts {
         let new = next_deployment_name(old);
         let gw = world.gateway(gateway);
@@ -195,16 +196,12 @@ impl Recycler {
             .as_ref()
             .map(|g| g.intermediate_deployments().to_vec())
             .unwrap_or_default();
-        // Independent, each at most one gRPC round trip: made at once.
-        let (old_facts, new_facts) = futures::join!(
-            self.deployment_facts(world, gw.as_deref(), old, &intermediate, probes.old_gateway),
-            self.deployment_facts(
-                world,
-                gw.as_deref(),
-                &new,
-                &intermediate,
-                probes.new_gateway
-            ),
+        let facts = |name: &str, read_nsm_ip: bool| {
+            deployment_facts(world, gw.as_deref(), name, &intermediate, read_nsm_ip)
+        };
+        let (old_facts, new_facts) = (
+            facts(old, probes.old_gateway),
+            facts(&new, probes.new_gateway),
         );
         let router = gw
             .as_deref()
@@ -223,36 +220,6 @@ impl Recycler {
             new: new_facts,
             route_via_new,
             route_via_old,
-        }
-    }
-
-    /// One deployment's facts: from the caches, and (when `probe`) its pod's NSM IP (see
-    /// [`nsm_ip_of`]).
-    async fn deployment_facts(
-        &self,
-        world: &World,
-        gateway: Option<&SliceGateway>,
-        name: &str,
-        intermediate: &[String],
-        probe: bool,
-    ) -> DeploymentFacts {
-        let deployment = world.deployment(name);
-        let pod = match world.deployment_pods(name).into_iter().next() {
-            Some(p) => Some(PodFacts {
-                excluded: is_excluded(&p),
-                nsm_ip: if probe {
-                    nsm_ip_of(&self.sidecars, &p, gateway).await
-                } else {
-                    None
-                },
-            }),
-            None => None,
-        };
-        DeploymentFacts {
-            present: deployment.is_some(),
-            intermediate: intermediate.iter().any(|d| d == name),
-            marked_for_deletion: deployment.as_deref().is_some_and(is_marked_for_deletion),
-            pod,
         }
     }
 
@@ -345,6 +312,7 @@ impl Recycler {
             } => {
                 tracing::debug!(missing = missing.metric_label(), "waiting");
                 Ok(Outcome {
+                    // No recheck time: a condition only a probe notices (see `Missing::needs_probe`).
                     probing: recheck_after.is_none().then(|| missing.metric_label()),
                     recheck_after: recheck_after.map(|d| {
                         // Re-check at most every step timeout, so the timeout also fires when idle.
@@ -539,8 +507,9 @@ impl Recycler {
             }
             ClientAction::Wait(missing) => {
                 tracing::debug!(missing = missing.metric_label(), "waiting");
+                // The rest comes with a watch event; the client has no step timeout to keep.
                 Ok(Outcome {
-                    probing: Some(missing.metric_label()),
+                    probing: missing.needs_probe().then(|| missing.metric_label()),
                     ..Outcome::default()
                 })
             }
@@ -568,8 +537,10 @@ impl Recycler {
         part: CrPart,
         patch: &serde_json::Value,
     ) -> Result<(), ReconcileError> {
-        let api: Api<WorkerSliceGwRecycler> =
-            Api::namespaced(self.hub.clone(), &self.hub_namespace);
+        let api = LeanApi::new(Api::<WorkerSliceGwRecycler>::namespaced(
+            self.hub.clone(),
+            &self.hub_namespace,
+        ));
         let (name, params, patch) = (
             cr.name_any(),
             write_params(&self.manager),
@@ -614,6 +585,36 @@ impl Recycler {
         if let Err(error) = self.recorder.publish(&event, &reference).await {
             tracing::warn!(%error, reason, "event not published");
         }
+    }
+}
+
+/// One deployment's facts, from the caches: and (when `read_nsm_ip`) its pod's NSM IP as
+/// `gateway` publishes it (see [`published_nsm_ip`]).
+fn deployment_facts(
+    world: &World,
+    gateway: Option<&SliceGateway>,
+    name: &str,
+    intermediate: &[String],
+    read_nsm_ip: bool,
+) -> DeploymentFacts {
+    let deployment = world.deployment(name);
+    let pod = world
+        .deployment_pods(name)
+        .into_iter()
+        .next()
+        .map(|p| PodFacts {
+            excluded: is_excluded(&p),
+            nsm_ip: if read_nsm_ip {
+                published_nsm_ip(&p, gateway)
+            } else {
+                None
+            },
+        });
+    DeploymentFacts {
+        present: deployment.is_some(),
+        intermediate: intermediate.iter().any(|d| d == name),
+        marked_for_deletion: deployment.as_deref().is_some_and(is_marked_for_deletion),
+        pod,
     }
 }
 

@@ -156,7 +156,8 @@ pub fn label<'a, K: Resource>(obj: &'a K, key: &str) -> Option<&'a str> {
     obj.meta().labels.as_ref()?.get(key).map(String::as_str)
 }
 
-fn is_running(pod: &Pod) -> bool {
+/// Running, not deleting, with an IP: the pods the decisions see.
+pub fn is_running(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none()
         && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
         && pod_ip(pod).is_some()

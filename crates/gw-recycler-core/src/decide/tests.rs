@@ -254,6 +254,59 @@ fn new_deployment_created_waits_while_any_guard_is_missing() {
     );
 }
 
+/// A wait a watch event ends is looked at again only at the step timeout (so it still fires when
+/// no event comes); a wait only a gRPC probe notices (a route, the router) is left to the probes.
+#[test]
+fn only_conditions_no_watch_event_announces_are_probed() {
+    let state = "new_deployment_created_state";
+    let mut facts = server(state, "new_deployment_created", new_routed());
+    facts.state_since = Some(at(NOW - 10));
+    let left = Some(Duration::from_secs(290));
+    let mut no_pod = facts.clone();
+    no_pod.side.new.pod = None;
+    let mut no_answer = facts.clone();
+    no_answer.response = None;
+    for watched in [no_pod, no_answer] {
+        let action = decide(&watched);
+        assert!(!waiting(&action).needs_probe(), "{action:?}");
+        assert!(
+            matches!(action, ServerAction::Wait { recheck_after, .. } if recheck_after == left),
+            "{action:?}"
+        );
+    }
+    for route in [
+        RouteProbe::Absent,
+        RouteProbe::Unreachable,
+        RouteProbe::Failed,
+    ] {
+        let mut probed = facts.clone();
+        probed.side.route_via_new = route;
+        let action = decide(&probed);
+        assert!(waiting(&action).needs_probe(), "{action:?}");
+        assert!(
+            matches!(
+                action,
+                ServerAction::Wait {
+                    recheck_after: None,
+                    ..
+                }
+            ),
+            "{action:?}"
+        );
+    }
+    // The published NSM IPs, Deployments and the CR come with watch events; routes do not.
+    for missing in [
+        Missing::NewNsmIp,
+        Missing::OldNsmIp,
+        Missing::NewDeploymentPresent,
+        Missing::OldDeploymentGone,
+        Missing::ClientResponse(Response::from("routing_table_updated")),
+    ] {
+        assert!(!missing.needs_probe(), "{missing:?}");
+    }
+    assert!(Missing::RouteViaOldGone.needs_probe());
+}
+
 #[test]
 fn new_deployment_lost_from_the_list_is_asked_for_again() {
     let mut side = new_routed();
