@@ -2,6 +2,8 @@
 
 use serde_json::Value;
 
+use crate::store::Stored;
+
 #[derive(Debug, Clone, PartialEq)]
 enum LabelReq {
     Eq(String, String),
@@ -147,6 +149,16 @@ impl LabelSelector {
             LabelReq::NotExists(k) => get(k).is_none(),
         })
     }
+}
+
+/// Whether `labels` and `fields` both select a stored object: only its labels are decoded when
+/// no field is asked for.
+pub fn selects_stored(labels: &LabelSelector, fields: &FieldSelector, obj: &Stored) -> bool {
+    if fields.is_empty() {
+        return labels.matches(&obj.labels_only());
+    }
+    let tree = obj.value();
+    labels.matches(&tree) && fields.matches(&tree)
 }
 
 /// A parsed field selector (`=`, `==`, `!=` on dotted paths).

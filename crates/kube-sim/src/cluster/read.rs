@@ -82,11 +82,8 @@ impl Cluster {
             if exact_name.is_some_and(|n| n != k.name()) {
                 continue;
             }
-            if selects {
-                let tree = obj.value();
-                if !opts.labels.matches(&tree) || !opts.fields.matches(&tree) {
-                    continue;
-                }
+            if selects && !crate::selectors::selects_stored(&opts.labels, &opts.fields, obj) {
+                continue;
             }
             if let Some(limit) = opts.limit
                 && items.len() >= limit
@@ -95,6 +92,11 @@ impl Cluster {
                     && let Some(last) = last_key
                 {
                     next = Some(encode_continue(rv, last.namespace(), last.name()));
+                }
+                // As kube-apiserver: `remainingItemCount` only without selectors, so a
+                // selected page need not read (and match) every object after it.
+                if selects {
+                    break;
                 }
                 remaining += 1;
                 continue;
@@ -105,7 +107,7 @@ impl Cluster {
         Ok(ListResult {
             items,
             resource_version: rv,
-            remaining: next.as_ref().map(|_| remaining),
+            remaining: next.as_ref().filter(|_| !selects).map(|_| remaining),
             continue_token: next,
         })
     }

@@ -210,6 +210,32 @@ fn read_lists_with_selectors_and_pages_at_one_resource_version() {
         .expect("page 2");
     assert_eq!(names(&second), ["c2", "c3"]);
     assert_eq!(second.resource_version, first.resource_version);
+    // As kube-apiserver: with a selector, a page has a continue token but no remaining count.
+    let selected = c
+        .list(
+            &cms,
+            Some("default"),
+            &ListOptions {
+                limit: Some(1),
+                ..web.clone()
+            },
+        )
+        .expect("selected page");
+    assert_eq!(
+        (names(&selected), selected.remaining),
+        (vec!["c0".into()], None)
+    );
+    let rest = c
+        .list(
+            &cms,
+            Some("default"),
+            &ListOptions {
+                continue_token: selected.continue_token.clone(),
+                ..web.clone()
+            },
+        )
+        .expect("the rest");
+    assert_eq!(names(&rest), ["c2", "c4"]);
     assert_eq!(
         c.list(&cms, Some("other"), &ListOptions::default())
             .expect("empty")

@@ -39,7 +39,9 @@ pub(super) fn list_meta(result: &ListResult) -> Value {
     let mut m = json!({"resourceVersion": result.resource_version.to_string()});
     if let Some(c) = &result.continue_token {
         m["continue"] = json!(c);
-        m["remainingItemCount"] = json!(result.remaining.unwrap_or(0));
+        if let Some(remaining) = result.remaining {
+            m["remainingItemCount"] = json!(remaining);
+        }
     }
     m
 }

@@ -38,8 +38,7 @@ impl WatchFilter {
         if self.labels.is_empty() && self.fields.is_empty() {
             return true;
         }
-        let tree = obj.value();
-        self.labels.matches(&tree) && self.fields.matches(&tree)
+        crate::selectors::selects_stored(&self.labels, &self.fields, obj)
     }
 
     /// Appends the line for a stored object: its bytes as they are when no conversion, Table or

@@ -87,6 +87,27 @@ impl Stored {
             .is_ok_and(|d| d.metadata.deletion_timestamp.is_some())
     }
 
+    /// Only `metadata.labels`, as `{"metadata":{"labels":{..}}}`, decoded without building the
+    /// rest of the tree: a label selector reads nothing else, and lists and watch fan-outs
+    /// apply one to every object (a NodeSLO's spec is most of its bytes).
+    pub fn labels_only(&self) -> Value {
+        #[derive(serde::Deserialize)]
+        struct Doc {
+            #[serde(default)]
+            metadata: Meta,
+        }
+        #[derive(Default, serde::Deserialize)]
+        struct Meta {
+            #[serde(default)]
+            labels: Option<serde_json::Map<String, Value>>,
+        }
+        let labels = serde_json::from_slice::<Doc>(&self.0)
+            .ok()
+            .and_then(|d| d.metadata.labels)
+            .unwrap_or_default();
+        serde_json::json!({ "metadata": { "labels": labels } })
+    }
+
     /// The uid and owner uids, decoded without building the tree (the indexes need only these).
     pub(super) fn identity(&self) -> Identity {
         serde_json::from_slice::<IdentityDoc>(&self.0)

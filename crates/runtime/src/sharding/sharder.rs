@@ -1,22 +1,28 @@
-//! The sharder: one per ring, on the replica holding the ordinary leader Lease. It keeps a
-//! metadata-only cache of the ring's objects and the ring's membership, and writes the
-//! [`super::assign()`] decision into each object's labels: on every object event for that object,
-//! on every membership change (and every `resync`) for all objects in its cache.
+//! The sharder: one per ring, on the replica holding the ordinary leader Lease. It follows the
+//! ring's membership and writes the [`super::assign()`] decision into objects' labels: for an
+//! object without a shard label, on its watch event; for the objects a membership change may
+//! move ([`PassScope`]), and for every object every `resync`, in a pass that lists them page by
+//! page.
 //!
 //! It also drives the Lease state machine's sharder half: an `Uncertain` Lease is acquired
 //! (confirming the shard dead), an `Orphaned` one deleted.
 //!
 //! Every label write is a JSON merge patch of `metadata.labels` carrying the `resourceVersion`
-//! the decision was made from (the anchor's optimistic lock): from a stale cache it conflicts
-//! instead of, say, assigning an object a second time that the watch has not yet shown assigned.
-//! The next watch event brings the object back with its current labels.
+//! the decision was made from (the anchor's optimistic lock): decided from a version that has
+//! moved on (a page listed before another write landed, a late watch event) it conflicts instead
+//! of, say, assigning an object a second time. The watch or the next pass brings it back.
 //!
-//! **Decision**: a watch, not the anchor's webhook (`docs/design.md`, "Don't Watch Sharded
-//! Objects"): the cache holds only names, namespaces, resourceVersions and labels (annotations,
-//! managedFields, owners and finalizers are dropped on arrival), so 50,000 objects cost a few
-//! tens of MiB on one replica, and a membership change walks that cache, not the API.
+//! **Decision**: no cache, and a watch instead of the anchor's webhook (`docs/design.md`,
+//! "Don't Watch Sharded Objects"). The watch selects only objects *without* a shard label (new
+//! ones, and those an owner released after a drain); an assigned object leaves that selection,
+//! so at rest the watch delivers nothing and holds nothing. Moves (a dead owner's objects, drains
+//! towards a joining shard) are decided from a paginated metadata list ([`PAGE`] objects at a
+//! time), so the leader's memory does not grow with the ring: a metadata cache of 50,000 Nodes
+//! and 50,000 NodeSLOs cost the leader about 150 MiB (`cargo xtask bench sharding`). The price
+//! is a list per membership change, narrowed to a stopped owner's objects where that is all that
+//! can move, and of every object every `resync`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Debug;
 use std::time::Duration;
 
@@ -25,9 +31,9 @@ use futures::{Future, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::{PartialObjectMeta, Request};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
@@ -40,8 +46,11 @@ use crate::kube_errors::{is_conflict, is_not_found};
 use crate::leader::LeaderHandle;
 use crate::shutdown::Shutdown;
 
-/// How soon a failed Lease acquisition or deletion is tried again.
-const LEASE_RETRY: Duration = Duration::from_secs(1);
+/// How soon a failed Lease acquisition or deletion, or a failed pass, is tried again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Objects per page of a pass's list: what the sharder holds at once.
+pub const PAGE: u32 = 500;
 
 /// Settings of one ring's sharder.
 #[derive(Clone, Debug)]
@@ -83,12 +92,13 @@ pub struct Sharder<K> {
 /// One label write in flight; it yields its object's key and whether the write landed.
 type WriteFuture<'a> = std::pin::Pin<Box<dyn Future<Output = (String, bool)> + Send + 'a>>;
 
-/// The writes in flight (at most `concurrency`) and those sent but not yet seen back from the
-/// watch, by object key with the resourceVersion they were decided from: a decision on that
-/// same version is not sent again (a pass while the watch lags would repeat every write).
+/// The writes in flight, at most `concurrency`, by object key: a decision for an object whose
+/// write is still out is not sent again. Nothing is kept once a write answered: a pass lists
+/// fresh from the API server, and a decision from a version older than a landed write conflicts
+/// (every write carries its resourceVersion), so it cannot land twice.
 struct Writes<'a> {
     inflight: FuturesUnordered<WriteFuture<'a>>,
-    sent: HashMap<String, Option<String>>,
+    keys: HashSet<String>,
     concurrency: usize,
 }
 
@@ -96,32 +106,16 @@ impl<'a> Writes<'a> {
     fn new(concurrency: usize) -> Self {
         Self {
             inflight: FuturesUnordered::new(),
-            sent: HashMap::new(),
+            keys: HashSet::new(),
             concurrency: concurrency.max(1),
         }
     }
 
-    /// A watch event: a newer version than a write was decided from settles that write.
-    fn observe<K>(&mut self, object: &PartialObjectMeta<K>) {
-        let meta = &object.metadata;
-        let key = object_key(
-            meta.namespace.as_deref(),
-            meta.name.as_deref().unwrap_or_default(),
-        );
-        if self
-            .sent
-            .get(&key)
-            .is_some_and(|sent| *sent != meta.resource_version)
-        {
-            self.sent.remove(&key);
-        }
-    }
-
-    /// Sends `write` unless the same decision on the same version is already out; waits for a
-    /// slot first. Returns whether it was sent.
+    /// Sends `write` unless a write for its object is still out; waits for a slot first.
+    /// Returns whether it was sent.
     async fn submit(&mut self, write: (Write, WriteFuture<'a>)) -> bool {
         let (write, future) = write;
-        if self.sent.get(&write.key) == Some(&write.resource_version) {
+        if self.keys.contains(&write.key) {
             return false;
         }
         while self.inflight.len() >= self.concurrency {
@@ -129,16 +123,13 @@ impl<'a> Writes<'a> {
                 self.done(done);
             }
         }
-        self.sent.insert(write.key, write.resource_version);
+        self.keys.insert(write.key);
         self.inflight.push(future);
         true
     }
 
-    /// A failed write may be decided again on the same version (the next pass retries it).
-    fn done(&mut self, (key, landed): (String, bool)) {
-        if !landed {
-            self.sent.remove(&key);
-        }
+    fn done(&mut self, (key, _landed): (String, bool)) {
+        self.keys.remove(&key);
     }
 }
 
@@ -207,14 +198,96 @@ fn decide<K>(
     })
 }
 
-/// Drops what the sharder never reads, so its cache is names and labels.
-fn trim<K>(object: &mut PartialObjectMeta<K>) {
-    let meta = &mut object.metadata;
-    meta.annotations = None;
-    meta.managed_fields = None;
-    meta.owner_references = None;
-    meta.finalizers = None;
-    object.types = None;
+/// The watch of the objects in `objects` that carry no shard label of `ring`.
+fn unassigned(objects: &watcher::Config, ring: &RingName) -> watcher::Config {
+    let unlabelled = format!("!{}", ring.shard_label());
+    let mut config = objects.clone();
+    config.label_selector = Some(match objects.label_selector.as_deref() {
+        Some(selector) if !selector.trim().is_empty() => format!("{selector},{unlabelled}"),
+        _ => unlabelled,
+    });
+    config
+}
+
+/// The objects a pass lists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum PassScope {
+    None,
+    /// Those labelled with one of these owners.
+    Owners(BTreeSet<String>),
+    All,
+}
+
+impl PassScope {
+    /// What both passes would list.
+    fn and(self, other: Self) -> Self {
+        match (self, other) {
+            (Self::All, _) | (_, Self::All) => Self::All,
+            (Self::None, scope) | (scope, Self::None) => scope,
+            (Self::Owners(mut a), Self::Owners(b)) => {
+                a.extend(b);
+                Self::Owners(a)
+            }
+        }
+    }
+}
+
+/// The objects whose decision the change from `before` to `after` may change. A shard that
+/// became ready may be any object's new choice (drains everywhere); an owner that may no longer
+/// be working loses its objects, and nobody else's decision changes: an owner that is merely
+/// not ready keeps its objects, and unlabelled objects come through the watch.
+fn pass_scope(before: &Membership, after: &Membership) -> PassScope {
+    if !after.is_synced() {
+        return PassScope::None;
+    }
+    let joined = after
+        .ready()
+        .any(|shard| !before.state(shard).is_some_and(ShardState::is_ready));
+    if !before.is_synced() || joined {
+        return PassScope::All;
+    }
+    let stopped: BTreeSet<String> = before
+        .shards()
+        .filter(|(shard, state)| {
+            state.may_be_working() && !after.state(shard).is_some_and(ShardState::may_be_working)
+        })
+        .map(|(shard, _)| shard.to_owned())
+        .collect();
+    if stopped.is_empty() {
+        PassScope::None
+    } else {
+        PassScope::Owners(stopped)
+    }
+}
+
+/// The list a pass over `scope` pages through (`None` for [`PassScope::None`]).
+fn pass_list(objects: &watcher::Config, ring: &RingName, scope: &PassScope) -> Option<ListParams> {
+    let narrowed = match scope {
+        PassScope::None => return None,
+        PassScope::All => None,
+        PassScope::Owners(owners) => Some(format!(
+            "{} in ({})",
+            ring.shard_label(),
+            owners
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(",")
+        )),
+    };
+    let label_selector = match (objects.label_selector.as_deref(), narrowed) {
+        (Some(selector), Some(owners)) if !selector.trim().is_empty() => {
+            Some(format!("{selector},{owners}"))
+        }
+        (_, Some(owners)) => Some(owners),
+        (selector, None) => selector.map(str::to_owned),
+    };
+    Some(ListParams {
+        label_selector,
+        field_selector: objects.field_selector.clone(),
+        limit: Some(PAGE),
+        ..ListParams::default()
+    })
 }
 
 impl<K> Sharder<K>
@@ -293,72 +366,89 @@ where
         members: &mut tokio::sync::watch::Receiver<Membership>,
         stop: &CancellationToken,
     ) -> Result<(), ShardingError> {
-        let (store, writer) = reflector::store::<PartialObjectMeta<K>>();
-        let stream = reflector::reflector(
-            writer,
-            watcher(self.objects.clone(), self.config.objects.clone())
-                .default_backoff()
-                .modify(trim::<K>),
-        )
-        .touched_objects();
+        let stream =
+            watcher(self.objects.clone(), unassigned(&self.config.objects, ring)).default_backoff();
         let mut stream = std::pin::pin!(stream);
-        let ready = store.wait_until_ready();
-        let mut ready = std::pin::pin!(ready);
         let mut objects_synced = false;
         let mut membership = members.borrow_and_update().clone();
         let mut resync = tokio::time::interval(self.config.resync);
         resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut writes = Writes::new(self.config.concurrency);
         let mut lease_retry: Option<tokio::time::Instant> = None;
+        let mut pass_retry: Option<(tokio::time::Instant, PassScope)> = None;
         tracing::info!(ring = %ring, "sharder started");
 
         loop {
             let synced = objects_synced && membership.is_synced();
-            let mut walk = false;
+            let mut pass = PassScope::None;
             tokio::select! {
                 biased;
                 () = stop.cancelled() => break,
-                // The watch first: the cache must catch up with the writes, or every pass would
-                // decide from the versions they replaced (and conflict).
                 item = stream.next() => match item {
                     None => return Err(ShardingError::NotSynced { what: "object" }),
                     Some(Err(error)) => {
                         tracing::warn!(ring = %ring, %error, "sharder watch failed");
                     }
-                    Some(Ok(object)) => {
-                        writes.observe(&object);
+                    Some(Ok(watcher::Event::InitApply(object) | watcher::Event::Apply(object))) => {
                         if synced && let Some(write) = decide(&object, ring, &membership) {
                             writes.submit(self.write(ring, write)).await;
                         }
+                    }
+                    // Assigned (it left the selection) or deleted.
+                    Some(Ok(watcher::Event::Delete(_) | watcher::Event::Init)) => {}
+                    Some(Ok(watcher::Event::InitDone)) => {
+                        // The first pass assigns what the initial list delivered before it.
+                        if !objects_synced && membership.is_synced() {
+                            pass = PassScope::All;
+                        }
+                        objects_synced = true;
                     }
                 },
                 Some(done) = writes.inflight.next(), if !writes.inflight.is_empty() => {
                     writes.done(done);
                 }
-                result = &mut ready, if !objects_synced => {
-                    if result.is_err() {
-                        return Err(ShardingError::NotSynced { what: "object" });
-                    }
-                    objects_synced = true;
-                    walk = membership.is_synced();
-                }
                 changed = members.changed() => {
                     if changed.is_err() {
                         return Err(ShardingError::NotSynced { what: "shard lease" });
                     }
-                    membership = members.borrow_and_update().clone();
+                    let before = std::mem::replace(
+                        &mut membership,
+                        members.borrow_and_update().clone(),
+                    );
                     self.metrics.set_shards(ring, &membership);
                     lease_retry = self.lease_retry(ring, leases, &membership).await;
-                    walk = objects_synced && membership.is_synced();
+                    if objects_synced {
+                        pass = pass_scope(&before, &membership);
+                    }
                 }
                 () = sleep_until_some(lease_retry) => {
                     lease_retry = self.lease_retry(ring, leases, &membership).await;
                 }
-                _ = resync.tick() => walk = synced,
+                () = sleep_until_some(pass_retry.as_ref().map(|(at, _)| *at)) => {
+                    if let Some((_, scope)) = pass_retry.take() {
+                        pass = scope;
+                    }
+                }
+                _ = resync.tick() => {
+                    if synced {
+                        pass = PassScope::All;
+                    }
+                }
             }
-            if walk {
-                self.walk(ring, &store, &membership, &mut writes, stop)
-                    .await;
+            // A failed pass is tried again with what came since.
+            if let Some((at, failed)) = pass_retry.take() {
+                pass_retry = Some((at, failed.and(pass)));
+                continue;
+            }
+            if let Some(list) = pass_list(&self.config.objects, ring, &pass) {
+                let all = pass == PassScope::All;
+                if let Err(error) = self
+                    .pass(ring, list, all, &membership, &mut writes, stop)
+                    .await
+                {
+                    tracing::warn!(ring = %ring, %error, "sharder pass failed; trying again");
+                    pass_retry = Some((tokio::time::Instant::now() + RETRY, pass));
+                }
             }
         }
         // Let the writes already sent finish: each is a guarded, self-contained patch.
@@ -369,36 +459,47 @@ where
         Ok(())
     }
 
-    /// One pass over the cache: every object's decision, writes bounded by `concurrency`.
-    async fn walk<'a>(
+    /// One pass over the objects `params` lists, [`PAGE`] at a time: each one's decision, writes
+    /// bounded by `concurrency`; the objects-per-shard gauge from what it listed if it was `all`.
+    async fn pass<'a>(
         &'a self,
         ring: &'a RingName,
-        store: &reflector::Store<PartialObjectMeta<K>>,
+        mut params: ListParams,
+        all: bool,
         membership: &Membership,
         writes: &mut Writes<'a>,
         stop: &CancellationToken,
-    ) {
-        let objects = store.state();
-        let mut counts = BTreeMap::<&str, usize>::new();
-        for object in &objects {
-            if let Some(shard) = ObjectLabels::read(object.metadata.labels.as_ref(), ring).shard {
-                *counts.entry(shard).or_default() += 1;
+    ) -> Result<(), kube::Error> {
+        let mut counts = BTreeMap::<String, usize>::new();
+        let (mut listed, mut decided) = (0usize, 0usize);
+        loop {
+            let page = self.objects.list(&params).await?;
+            for object in &page.items {
+                if stop.is_cancelled() {
+                    return Ok(());
+                }
+                listed += 1;
+                let labels = ObjectLabels::read(object.metadata.labels.as_ref(), ring);
+                if let Some(shard) = labels.shard {
+                    *counts.entry(shard.to_owned()).or_default() += 1;
+                }
+                if let Some(write) = decide(object, ring, membership)
+                    && writes.submit(self.write(ring, write)).await
+                {
+                    decided += 1;
+                }
+            }
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => params.continue_token = Some(token),
+                _ => break,
             }
         }
-        self.metrics.set_objects(ring, counts);
-        let mut decided = 0usize;
-        for object in &objects {
-            if stop.is_cancelled() {
-                return;
-            }
-            let Some(write) = decide(object, ring, membership) else {
-                continue;
-            };
-            if writes.submit(self.write(ring, write)).await {
-                decided += 1;
-            }
+        if all {
+            self.metrics
+                .set_objects(ring, counts.iter().map(|(shard, n)| (shard.as_str(), *n)));
         }
-        tracing::debug!(ring = %ring, objects = objects.len(), writes = decided, "sharder pass");
+        tracing::debug!(ring = %ring, objects = listed, writes = decided, "sharder pass");
+        Ok(())
     }
 
     /// [`drive_leases`](Self::drive_leases), and when to try again if a call failed.
@@ -409,7 +510,7 @@ where
         membership: &Membership,
     ) -> Option<tokio::time::Instant> {
         let settled = self.drive_leases(ring, leases, membership).await;
-        (!settled).then(|| tokio::time::Instant::now() + LEASE_RETRY)
+        (!settled).then(|| tokio::time::Instant::now() + RETRY)
     }
 
     /// Acquires `Uncertain` Leases (confirming their shards dead) and deletes `Orphaned` ones,
@@ -637,43 +738,86 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_pass_while_the_watch_lags_does_not_repeat_a_write_until_a_new_version_or_a_failure()
-    {
+    async fn a_write_still_out_is_not_sent_twice_and_nothing_is_kept_once_it_answered() {
         let ring = ring();
         let membership = Membership::from_states([("a".to_owned(), ShardState::Ready)]);
-        let cached = object("x", None);
-        let write = decide(&cached, &ring, &membership).expect("assigns");
+        let write = decide(&object("x", None), &ring, &membership).expect("assigns");
+        let other = decide(&object("y", None), &ring, &membership).expect("assigns");
         let mut writes = Writes::new(4);
         assert!(writes.submit(sent(&write, true)).await);
         assert!(
             !writes.submit(sent(&write, true)).await,
-            "same decision on the same version"
+            "the same object while its write is out"
         );
-        let done = writes.inflight.next().await.expect("in flight");
-        writes.done(done);
-        assert!(
-            !writes.submit(sent(&write, true)).await,
-            "landed, but the watch has not shown it yet"
-        );
-        // The watch brings the written version: decisions on it are new.
-        let mut newer = cached.clone();
-        newer.metadata.resource_version = Some("8".into());
-        writes.observe(&newer);
-        assert!(writes.sent.is_empty());
-        // A failed write is retried by the next decision on the same version.
-        assert!(writes.submit(sent(&write, false)).await);
-        let done = writes.inflight.next().await.expect("in flight");
-        writes.done(done);
+        assert!(writes.submit(sent(&other, false)).await);
+        while let Some(done) = writes.inflight.next().await {
+            writes.done(done);
+        }
+        assert!(writes.keys.is_empty(), "landed or failed, nothing is kept");
         assert!(writes.submit(sent(&write, true)).await);
     }
 
     #[test]
-    fn the_cache_keeps_names_and_labels_only() {
+    fn the_watch_selects_only_unlabelled_objects_and_a_pass_lists_all_in_pages() {
         let ring = ring();
-        let mut cached = object("x", Some(labels_for(&ring, "a", false)));
-        trim(&mut cached);
-        assert_eq!(cached.metadata.annotations, None);
-        assert!(cached.metadata.labels.is_some());
-        assert_eq!(cached.metadata.resource_version.as_deref(), Some("7"));
+        let unlabelled = "!shard.sharding.capstan.dev/ring";
+        let everything = watcher::Config::default();
+        assert_eq!(
+            unassigned(&everything, &ring).label_selector.as_deref(),
+            Some(unlabelled)
+        );
+        let narrowed = watcher::Config::default().labels("app=sharded");
+        assert_eq!(
+            unassigned(&narrowed, &ring).label_selector,
+            Some(format!("app=sharded,{unlabelled}"))
+        );
+        let list = pass_list(&narrowed, &ring, &PassScope::All).expect("a list");
+        assert_eq!(list.label_selector.as_deref(), Some("app=sharded"));
+        assert_eq!(list.limit, Some(PAGE));
+        let owners = PassScope::Owners(BTreeSet::from(["a".to_owned(), "b".to_owned()]));
+        let list = pass_list(&narrowed, &ring, &owners).expect("a list");
+        assert_eq!(
+            list.label_selector.as_deref(),
+            Some("app=sharded,shard.sharding.capstan.dev/ring in (a,b)")
+        );
+        assert_eq!(
+            pass_list(&everything, &ring, &owners)
+                .expect("a list")
+                .label_selector
+                .as_deref(),
+            Some("shard.sharding.capstan.dev/ring in (a,b)")
+        );
+        assert!(pass_list(&everything, &ring, &PassScope::None).is_none());
+    }
+
+    fn states(states: &[(&str, ShardState)]) -> Membership {
+        Membership::from_states(states.iter().map(|(s, st)| ((*s).to_owned(), *st)))
+    }
+
+    #[test]
+    fn a_joining_shard_moves_anything_a_stopped_owner_only_its_own_and_an_expiry_nothing() {
+        use ShardState::*;
+        let three = states(&[("a", Ready), ("b", Ready), ("c", Ready)]);
+        let owners =
+            |names: &[&str]| PassScope::Owners(names.iter().map(|n| (*n).to_owned()).collect());
+        assert_eq!(pass_scope(&Membership::unsynced(), &three), PassScope::All);
+        assert_eq!(pass_scope(&three, &Membership::unsynced()), PassScope::None);
+        assert_eq!(pass_scope(&three, &three), PassScope::None);
+        let joined = states(&[("a", Ready), ("b", Ready), ("c", Ready), ("d", Ready)]);
+        assert_eq!(pass_scope(&three, &joined), PassScope::All);
+        // Expired, not yet confirmed dead: it may still work, so its objects stay.
+        let expired = states(&[("a", Ready), ("b", Ready), ("c", Expired)]);
+        assert_eq!(pass_scope(&three, &expired), PassScope::None);
+        let dead = states(&[("a", Ready), ("b", Ready), ("c", Dead)]);
+        assert_eq!(pass_scope(&expired, &dead), owners(&["c"]));
+        // A Lease deleted outright: its owner's objects move too.
+        let gone = states(&[("a", Ready), ("b", Ready)]);
+        assert_eq!(pass_scope(&three, &gone), owners(&["c"]));
+        assert_eq!(pass_scope(&dead, &gone), PassScope::None);
+        // Coming back: a pass over everything (drains towards it).
+        assert_eq!(pass_scope(&dead, &three), PassScope::All);
+        assert_eq!(owners(&["a"]).and(owners(&["b"])), owners(&["a", "b"]));
+        assert_eq!(PassScope::None.and(owners(&["a"])), owners(&["a"]));
+        assert_eq!(owners(&["a"]).and(PassScope::All), PassScope::All);
     }
 }
