@@ -380,6 +380,12 @@ async fn three_replicas_share_3000_nodes_and_take_over_a_killed_one_without_over
         "the killed replica's {owned_by_victim} NodeSLOs were taken over in {taken_over:?} \
          (its death confirmed after {confirmed:?})"
     );
+    // Where a slow takeover went: the leader's passes (list and writes sent).
+    for line in replicas.iter().flat_map(BinaryUnderTest::output) {
+        if line.contains("sharder pass") {
+            eprintln!("{line}");
+        }
+    }
     converged(&cluster, NODES, 55, live).await;
     let bound = Duration::from_secs(LEASE_SECONDS + 2);
     assert!(

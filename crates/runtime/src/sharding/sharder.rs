@@ -22,7 +22,7 @@
 //! is a list per membership change, narrowed to a stopped owner's objects where that is all that
 //! can move, and of every object every `resync`.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::time::Duration;
 
@@ -31,7 +31,9 @@ use futures::{Future, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{
+    Api, DeleteParams, GetParams, ListParams, Patch, PatchParams, PostParams, Preconditions,
+};
 use kube::core::{PartialObjectMeta, Request};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
@@ -49,8 +51,12 @@ use crate::shutdown::Shutdown;
 /// How soon a failed Lease acquisition or deletion, or a failed pass, is tried again.
 const RETRY: Duration = Duration::from_secs(1);
 
-/// Objects per page of a pass's list: what the sharder holds at once.
+/// Objects per page of a pass's list: what the sharder holds at once (two pages: the one whose
+/// writes go out, and the next).
 pub const PAGE: u32 = 500;
+
+/// Objects in a pass's first page, whose list the first writes wait for.
+const FIRST_PAGE: u32 = 100;
 
 /// Settings of one ring's sharder.
 #[derive(Clone, Debug)]
@@ -89,33 +95,51 @@ pub struct Sharder<K> {
     metrics: ShardingMetrics,
 }
 
-/// One label write in flight; it yields its object's key and whether the write landed.
-type WriteFuture<'a> = std::pin::Pin<Box<dyn Future<Output = (String, bool)> + Send + 'a>>;
+/// One label write in flight.
+type WriteFuture<'a, K> = std::pin::Pin<Box<dyn Future<Output = Answer<K>> + Send + 'a>>;
 
-/// The writes in flight, at most `concurrency`, by object key: a decision for an object whose
-/// write is still out is not sent again. Nothing is kept once a write answered: a pass lists
-/// fresh from the API server, and a decision from a version older than a landed write conflicts
-/// (every write carries its resourceVersion), so it cannot land twice.
-struct Writes<'a> {
-    inflight: FuturesUnordered<WriteFuture<'a>>,
-    keys: HashSet<String>,
+/// What a label write came to.
+struct Answer<K> {
+    key: String,
+    /// The version the write was decided from.
+    resource_version: Option<String>,
+    /// The object read again after the write did not land (a conflict: it changed since the
+    /// decision; or another failure, after [`RETRY`]), to be decided again. `None` once it
+    /// landed or the object is gone.
+    fresh: Option<PartialObjectMeta<K>>,
+}
+
+/// The writes in flight, at most `concurrency`: a decision on a version whose write is still
+/// out is not sent again, one on a newer version is (the older write then conflicts, or lands
+/// and makes the newer one conflict: every write carries its resourceVersion, so neither can
+/// land on a version it was not decided from). Nothing is kept once a write answered, since a
+/// pass lists fresh from the API server; a write that did not land hands back its object read
+/// again ([`Answer::fresh`]), since no watch event may bring it (an assigned object is not
+/// watched).
+struct Writes<'a, K> {
+    inflight: FuturesUnordered<WriteFuture<'a, K>>,
+    /// The version each object's latest write in flight was decided from.
+    sent: HashMap<String, Option<String>>,
+    /// Objects whose write did not land, read again, to decide again.
+    recheck: Vec<PartialObjectMeta<K>>,
     concurrency: usize,
 }
 
-impl<'a> Writes<'a> {
+impl<'a, K> Writes<'a, K> {
     fn new(concurrency: usize) -> Self {
         Self {
             inflight: FuturesUnordered::new(),
-            keys: HashSet::new(),
+            sent: HashMap::new(),
+            recheck: Vec::new(),
             concurrency: concurrency.max(1),
         }
     }
 
-    /// Sends `write` unless a write for its object is still out; waits for a slot first.
-    /// Returns whether it was sent.
-    async fn submit(&mut self, write: (Write, WriteFuture<'a>)) -> bool {
+    /// Sends `write` unless a write decided from the same version of its object is still out;
+    /// waits for a slot first. Returns whether it was sent.
+    async fn submit(&mut self, write: (Write, WriteFuture<'a, K>)) -> bool {
         let (write, future) = write;
-        if self.keys.contains(&write.key) {
+        if self.sent.get(&write.key) == Some(&write.resource_version) {
             return false;
         }
         while self.inflight.len() >= self.concurrency {
@@ -123,13 +147,16 @@ impl<'a> Writes<'a> {
                 self.done(done);
             }
         }
-        self.keys.insert(write.key);
+        self.sent.insert(write.key, write.resource_version);
         self.inflight.push(future);
         true
     }
 
-    fn done(&mut self, (key, _landed): (String, bool)) {
-        self.keys.remove(&key);
+    fn done(&mut self, answer: Answer<K>) {
+        if self.sent.get(&answer.key) == Some(&answer.resource_version) {
+            self.sent.remove(&answer.key);
+        }
+        self.recheck.extend(answer.fresh);
     }
 }
 
@@ -380,6 +407,13 @@ where
 
         loop {
             let synced = objects_synced && membership.is_synced();
+            // Writes that did not land, decided again on their objects as they are now (before
+            // the sync, the first pass decides everything).
+            for object in std::mem::take(&mut writes.recheck) {
+                if synced && let Some(write) = decide(&object, ring, &membership) {
+                    writes.submit(self.write(ring, write)).await;
+                }
+            }
             let mut pass = PassScope::None;
             tokio::select! {
                 biased;
@@ -461,44 +495,76 @@ where
 
     /// One pass over the objects `params` lists, [`PAGE`] at a time: each one's decision, writes
     /// bounded by `concurrency`; the objects-per-shard gauge from what it listed if it was `all`.
+    /// The next page is listed while the writes of this one go out, so that a takeover's writes
+    /// never wait for a list.
     async fn pass<'a>(
         &'a self,
         ring: &'a RingName,
-        mut params: ListParams,
+        params: ListParams,
         all: bool,
         membership: &Membership,
-        writes: &mut Writes<'a>,
+        writes: &mut Writes<'a, K>,
         stop: &CancellationToken,
     ) -> Result<(), kube::Error> {
+        let started = tokio::time::Instant::now();
         let mut counts = BTreeMap::<String, usize>::new();
         let (mut listed, mut decided) = (0usize, 0usize);
+        // A short first page: the first writes go out after a list of 100, not of 500.
+        let mut first = params.clone();
+        first.limit = Some(FIRST_PAGE.min(params.limit.unwrap_or(PAGE)));
+        let mut page = self.objects.list(&first).await?;
+        let first_page = started.elapsed();
         loop {
-            let page = self.objects.list(&params).await?;
-            for object in &page.items {
-                if stop.is_cancelled() {
-                    return Ok(());
+            let next = async {
+                match page.metadata.continue_.as_deref() {
+                    Some(token) if !token.is_empty() => {
+                        let mut params = params.clone();
+                        params.continue_token = Some(token.to_owned());
+                        self.objects.list(&params).await.map(Some)
+                    }
+                    _ => Ok(None),
                 }
-                listed += 1;
-                let labels = ObjectLabels::read(object.metadata.labels.as_ref(), ring);
-                if let Some(shard) = labels.shard {
-                    *counts.entry(shard.to_owned()).or_default() += 1;
+            };
+            let submit = async {
+                for object in &page.items {
+                    if stop.is_cancelled() {
+                        return;
+                    }
+                    listed += 1;
+                    let labels = ObjectLabels::read(object.metadata.labels.as_ref(), ring);
+                    if let Some(shard) = labels.shard {
+                        *counts.entry(shard.to_owned()).or_default() += 1;
+                    }
+                    if let Some(write) = decide(object, ring, membership)
+                        && writes.submit(self.write(ring, write)).await
+                    {
+                        decided += 1;
+                    }
                 }
-                if let Some(write) = decide(object, ring, membership)
-                    && writes.submit(self.write(ring, write)).await
-                {
-                    decided += 1;
-                }
+            };
+            let (next, ()) = futures::join!(next, submit);
+            if stop.is_cancelled() {
+                return Ok(());
             }
-            match page.metadata.continue_ {
-                Some(token) if !token.is_empty() => params.continue_token = Some(token),
-                _ => break,
+            match next? {
+                Some(following) => page = following,
+                None => break,
             }
         }
         if all {
             self.metrics
                 .set_objects(ring, counts.iter().map(|(shard, n)| (shard.as_str(), *n)));
         }
-        tracing::debug!(ring = %ring, objects = listed, writes = decided, "sharder pass");
+        // Rare (a membership change, or every `resync`) and what a slow takeover is made of.
+        tracing::info!(
+            ring = %ring,
+            selector = params.label_selector.as_deref().unwrap_or_default(),
+            objects = listed,
+            writes = decided,
+            first_page_ms = first_page.as_millis() as u64,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "sharder pass"
+        );
         Ok(())
     }
 
@@ -587,11 +653,11 @@ impl<K> Sharder<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    fn write<'a>(&'a self, ring: &'a RingName, write: Write) -> (Write, WriteFuture<'a>) {
+    fn write<'a>(&'a self, ring: &'a RingName, write: Write) -> (Write, WriteFuture<'a, K>) {
         (write.clone(), Box::pin(self.perform(ring, write)))
     }
 
-    async fn perform(&self, ring: &RingName, write: Write) -> (String, bool) {
+    async fn perform(&self, ring: &RingName, write: Write) -> Answer<K> {
         let body = write.patch(ring);
         let request = Request::new(K::url_path(&(), write.namespace.as_deref())).patch_metadata(
             &write.name,
@@ -603,32 +669,67 @@ where
             Err(error) => Err(kube::Error::BuildRequest(error)),
         };
         let object = write.key.as_str();
-        let landed = result.is_ok();
-        match result {
-            Ok(_) => match &write.kind {
-                WriteKind::Assign { to, from: None } => {
-                    self.metrics.assigned(ring);
-                    tracing::debug!(object, shard = %to, "assigned");
+        let read_again = match result {
+            Ok(_) => {
+                match &write.kind {
+                    WriteKind::Assign { to, from: None } => {
+                        self.metrics.assigned(ring);
+                        tracing::debug!(object, shard = %to, "assigned");
+                    }
+                    WriteKind::Assign {
+                        to,
+                        from: Some(from),
+                    } => {
+                        self.metrics.dead_reassigned(ring);
+                        tracing::debug!(object, shard = %to, dead = %from, "reassigned from dead");
+                    }
+                    WriteKind::Drain => {
+                        self.metrics.drain_started(ring);
+                        tracing::debug!(object, "drain requested");
+                    }
                 }
-                WriteKind::Assign {
-                    to,
-                    from: Some(from),
-                } => {
-                    self.metrics.dead_reassigned(ring);
-                    tracing::debug!(object, shard = %to, dead = %from, "reassigned from dead");
-                }
-                WriteKind::Drain => {
-                    self.metrics.drain_started(ring);
-                    tracing::debug!(object, "drain requested");
-                }
-            },
-            // A stale cache or a deleted object: the watch brings the current state.
-            Err(error) if is_conflict(&error) || is_not_found(&error) => {
-                tracing::debug!(object, %error, "label write skipped");
+                false
             }
-            Err(error) => tracing::warn!(object, %error, "label write failed"),
+            Err(error) if is_not_found(&error) => false,
+            Err(error) if is_conflict(&error) => {
+                tracing::debug!(object, "changed since the decision; reading it again");
+                true
+            }
+            Err(error) => {
+                tracing::warn!(object, %error, "label write failed; trying again");
+                tokio::time::sleep(RETRY).await;
+                true
+            }
+        };
+        let fresh = if read_again {
+            self.read(&write).await
+        } else {
+            None
+        };
+        Answer {
+            key: write.key,
+            resource_version: write.resource_version,
+            fresh,
         }
-        (write.key, landed)
+    }
+
+    /// The object's metadata now, or `None` if it is gone or cannot be read (the next pass
+    /// decides it then).
+    async fn read(&self, write: &Write) -> Option<PartialObjectMeta<K>> {
+        let request = Request::new(K::url_path(&(), write.namespace.as_deref()))
+            .get_metadata(&write.name, &GetParams::default());
+        let result = match request {
+            Ok(request) => self.client.request::<PartialObjectMeta<K>>(request).await,
+            Err(error) => Err(kube::Error::BuildRequest(error)),
+        };
+        match result {
+            Ok(object) => Some(object),
+            Err(error) if is_not_found(&error) => None,
+            Err(error) => {
+                tracing::warn!(object = %write.key, %error, "cannot read an object again");
+                None
+            }
+        }
     }
 }
 
@@ -732,29 +833,61 @@ mod tests {
         );
     }
 
-    fn sent(write: &Write, landed: bool) -> (Write, WriteFuture<'static>) {
-        let key = write.key.clone();
-        (write.clone(), Box::pin(async move { (key, landed) }))
+    /// A write that answers at once, with `fresh` as the object read again.
+    fn sent(
+        write: &Write,
+        fresh: Option<PartialObjectMeta<ConfigMap>>,
+    ) -> (Write, WriteFuture<'static, ConfigMap>) {
+        let answer = Answer {
+            key: write.key.clone(),
+            resource_version: write.resource_version.clone(),
+            fresh,
+        };
+        (write.clone(), Box::pin(async move { answer }))
     }
 
     #[tokio::test]
-    async fn a_write_still_out_is_not_sent_twice_and_nothing_is_kept_once_it_answered() {
+    async fn a_version_still_out_is_not_sent_twice_a_newer_one_is_and_nothing_is_kept_once_answered()
+     {
         let ring = ring();
         let membership = Membership::from_states([("a".to_owned(), ShardState::Ready)]);
         let write = decide(&object("x", None), &ring, &membership).expect("assigns");
-        let other = decide(&object("y", None), &ring, &membership).expect("assigns");
+        let mut newer_object = object("x", None);
+        newer_object.metadata.resource_version = Some("8".into());
+        let newer = decide(&newer_object, &ring, &membership).expect("assigns");
         let mut writes = Writes::new(4);
-        assert!(writes.submit(sent(&write, true)).await);
+        assert!(writes.submit(sent(&write, None)).await);
         assert!(
-            !writes.submit(sent(&write, true)).await,
-            "the same object while its write is out"
+            !writes.submit(sent(&write, None)).await,
+            "the same version while its write is out"
         );
-        assert!(writes.submit(sent(&other, false)).await);
+        // The owner released the object while the first write was out (its answer not yet
+        // collected): the newer version's decision must go out, or nothing would bring it back.
+        assert!(writes.submit(sent(&newer, None)).await, "a newer version");
+        let first = writes.inflight.next().await.expect("answered");
+        writes.done(first);
+        assert!(
+            !writes.submit(sent(&newer, None)).await,
+            "the older write's answer leaves the newer one out"
+        );
         while let Some(done) = writes.inflight.next().await {
             writes.done(done);
         }
-        assert!(writes.keys.is_empty(), "landed or failed, nothing is kept");
-        assert!(writes.submit(sent(&write, true)).await);
+        assert!(writes.sent.is_empty(), "nothing is kept once answered");
+        assert!(writes.recheck.is_empty());
+        assert!(writes.submit(sent(&write, Some(newer_object))).await);
+        while let Some(done) = writes.inflight.next().await {
+            writes.done(done);
+        }
+        assert_eq!(
+            writes
+                .recheck
+                .iter()
+                .map(|object| object.metadata.resource_version.as_deref())
+                .collect::<Vec<_>>(),
+            [Some("8")],
+            "a write that did not land hands its object back, read again"
+        );
     }
 
     #[test]
