@@ -501,5 +501,71 @@ async fn with_node_labels_a_node_and_its_nodeslo_share_a_replica_and_a_deleted_n
     set_threshold(&cluster, 75).await;
     converged(&cluster, NODES - 15, 75, &ids).await;
     assert_no_foreign_writes(&cluster);
+    a_typo_is_one_warning_from_the_leader_not_one_per_replica(&cluster, &replicas).await;
+    converged(&cluster, NODES - 15, 75, &ids).await;
     drop(replicas);
+}
+
+/// A typo in the config, seen by every replica (each logs it), is one Warning Event, published by
+/// the replica holding the leader Lease, not one per replica.
+async fn a_typo_is_one_warning_from_the_leader_not_one_per_replica(
+    cluster: &SimCluster,
+    replicas: &[BinaryUnderTest],
+) {
+    use k8s_openapi::api::events::v1::Event;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), CONFIG_NS);
+    let typo = objects::config_map(
+        CONFIG_NS,
+        CONFIG_NAME,
+        &[(
+            "resource-threshold-config",
+            r#"{"clusterStrategy":{"cpuSuppressThresholdPercent":"high"}}"#,
+        )],
+    );
+    api.patch(
+        CONFIG_NAME,
+        &PatchParams::apply("sharding-test").force(),
+        &Patch::Apply(&typo),
+    )
+    .await
+    .expect("typo applied");
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), CONFIG_NS);
+    let warnings = || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .expect("events listed")
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(CONFIG_NAME)
+            })
+            .map(|e| e.reporting_instance.unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let every_replica_logged = || {
+        replicas.iter().all(|replica| {
+            replica
+                .output()
+                .iter()
+                .any(|line| line.contains("invalid SLO config"))
+        })
+    };
+    while !every_replica_logged() || warnings().await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "every replica logs the typo and one publishes a Warning"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Any Event a second replica was about to publish would have been sent with its log line.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let warnings = warnings().await;
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one Warning for one problem, not one per replica: {warnings:?}"
+    );
 }

@@ -52,8 +52,11 @@ pub struct Sharded {
 #[derive(Debug, Default)]
 pub(crate) struct ConfigState {
     pub(crate) current: Arc<MergedConfig>,
-    /// `resourceVersion` of the ConfigMap whose problems were last reported (`""`: absent).
+    /// `resourceVersion` of the ConfigMap whose problems were last logged (`""`: absent).
     pub(crate) reported_version: Option<String>,
+    /// `resourceVersion` of the ConfigMap whose problems were last published as Events and
+    /// whose texts were stored as last good: by the leading replica only.
+    pub(crate) published_version: Option<String>,
     pub(crate) synced: bool,
 }
 
@@ -125,7 +128,7 @@ impl NodeSloController {
         let watches = futures::future::join3(
             self.clone().watch_nodes(),
             self.clone().watch_nodeslos(),
-            self.clone().watch_config(),
+            self.clone().watch_config(leader.clone()),
         );
         let work = async {
             let mut synced = self.synced.subscribe();

@@ -10,11 +10,9 @@ use nodeslo_core::ConfigProblem;
 use crate::controller::NodeSloController;
 
 impl NodeSloController {
-    pub(crate) async fn report_config_problems(
-        &self,
-        cm: Option<&ConfigMap>,
-        problems: &[ConfigProblem],
-    ) {
+    /// Logs the ConfigMap's problems and counts its keys' parses (every replica: its own log
+    /// and metrics).
+    pub(crate) fn log_config_problems(&self, cm: Option<&ConfigMap>, problems: &[ConfigProblem]) {
         let Some(cm) = cm else { return };
         for key in nodeslo_core::ConfigKey::ALL {
             if cm
@@ -33,6 +31,18 @@ impl NodeSloController {
             if let ConfigProblem::InvalidSelector { .. } = problem {
                 self.metrics.parse(false, problem.metric_reason());
             }
+        }
+    }
+
+    /// Publishes one Warning Event per problem on the ConfigMap (the leading replica only, so a
+    /// typo seen by N replicas is one Warning, not N).
+    pub(crate) async fn publish_config_problems(
+        &self,
+        cm: Option<&ConfigMap>,
+        problems: &[ConfigProblem],
+    ) {
+        let Some(cm) = cm else { return };
+        for problem in problems {
             let event = Event::warning(
                 problem.metric_reason(),
                 "ParseSLOConfig",

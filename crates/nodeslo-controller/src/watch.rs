@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use capstan_apis::slo::NodeSlo;
 use capstan_runtime::controller::watch_events;
+use capstan_runtime::leader::LeaderHandle;
 use capstan_runtime::sync::{read, write};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
@@ -81,7 +82,10 @@ impl NodeSloController {
         }
     }
 
-    pub(crate) async fn watch_config(self: Arc<Self>) {
+    /// Follows the SLO ConfigMap. Every replica applies it (sharded: to its own share; a
+    /// standby: to its warm state); only the one holding the leader Lease publishes its problems
+    /// as Events and stores the last good texts, once more when it starts leading.
+    pub(crate) async fn watch_config(self: Arc<Self>, leader: LeaderHandle) {
         let api: Api<ConfigMap> =
             Api::namespaced(self.client.clone(), &self.settings.config_namespace);
         let config = watcher::Config::default()
@@ -92,26 +96,53 @@ impl NodeSloController {
         write(&self.config).current = Arc::new(nodeslo_core::last_good::restore(&stored));
         // During a re-list the ConfigMap is only known to be absent once the list is complete.
         let mut listed: Option<ConfigMap> = None;
-        while let Some(event) = events.next().await {
-            match event {
-                Ok(watcher::Event::Init) => listed = None,
-                Ok(watcher::Event::InitApply(cm)) => listed = Some(cm),
-                Ok(watcher::Event::InitDone) => self.apply_config(listed.take()).await,
-                Ok(watcher::Event::Apply(cm)) => self.apply_config(Some(cm)).await,
-                Ok(watcher::Event::Delete(_)) => self.apply_config(None).await,
-                Err(error) => tracing::warn!(%error, "ConfigMap watch error, retrying"),
-            }
+        // The ConfigMap last applied (`Some(None)`: known absent), applied again on gaining the
+        // lead so that the new leader publishes what its predecessor may not have.
+        let mut applied: Option<Option<ConfigMap>> = None;
+        let mut gained = std::pin::pin!(leader.acquired());
+        let mut awaiting_lead = !leader.is_leader();
+        loop {
+            let cm = tokio::select! {
+                event = events.next() => match event {
+                    None => break,
+                    Some(Ok(watcher::Event::Init)) => {
+                        listed = None;
+                        continue;
+                    }
+                    Some(Ok(watcher::Event::InitApply(cm))) => {
+                        listed = Some(cm);
+                        continue;
+                    }
+                    Some(Ok(watcher::Event::InitDone)) => listed.take(),
+                    Some(Ok(watcher::Event::Apply(cm))) => Some(cm),
+                    Some(Ok(watcher::Event::Delete(_))) => None,
+                    Some(Err(error)) => {
+                        tracing::warn!(%error, "ConfigMap watch error, retrying");
+                        continue;
+                    }
+                },
+                acquired = &mut gained, if awaiting_lead => {
+                    awaiting_lead = false;
+                    match (acquired, applied.clone()) {
+                        (true, Some(cm)) => cm,
+                        _ => continue,
+                    }
+                }
+            };
+            applied = Some(cm.clone());
+            self.apply_config(cm, leader.is_leader()).await;
         }
     }
 
-    /// Recomputes the merged config from the ConfigMap (absent: defaults). Problems are reported
-    /// once per ConfigMap version; a changed merged config reconciles every node.
-    async fn apply_config(&self, cm: Option<ConfigMap>) {
+    /// Recomputes the merged config from the ConfigMap (absent: defaults). Problems are logged
+    /// once per ConfigMap version, and while `leading` published once per version and the texts
+    /// in force stored; a changed merged config reconciles every node.
+    async fn apply_config(&self, cm: Option<ConfigMap>, leading: bool) {
         let version = cm
             .as_ref()
             .map(|c| c.resource_version().unwrap_or_default())
             .unwrap_or_default();
-        let (outcome, report) = {
+        let (outcome, log, publish) = {
             let state = read(&self.config);
             let outcome = MergedConfig::from_config_map(
                 cm.as_ref().and_then(|c| c.data.as_ref()),
@@ -120,17 +151,26 @@ impl NodeSloController {
             (
                 outcome,
                 state.reported_version.as_deref() != Some(version.as_str()),
+                leading && state.published_version.as_deref() != Some(version.as_str()),
             )
         };
-        if report {
-            self.report_config_problems(cm.as_ref(), &outcome.problems)
+        if log {
+            self.log_config_problems(cm.as_ref(), &outcome.problems);
+        }
+        if publish {
+            self.publish_config_problems(cm.as_ref(), &outcome.problems)
                 .await;
         }
-        self.last_good
-            .save(cm.as_ref().and_then(|c| c.data.as_ref()), &outcome.problems)
-            .await;
+        if leading {
+            self.last_good
+                .save(cm.as_ref().and_then(|c| c.data.as_ref()), &outcome.problems)
+                .await;
+        }
         let changed = {
             let mut state = write(&self.config);
+            if leading {
+                state.published_version = Some(version.clone());
+            }
             state.reported_version = Some(version);
             state.synced = true;
             let changed = *state.current != outcome.config;
