@@ -126,7 +126,7 @@ impl Journal {
         let (namespace, name) = (event.object_key.namespace(), event.object_key.name());
         let labels_after = match event.type_ {
             EventType::Deleted => None,
-            EventType::Added | EventType::Modified => Some(labels(&event.object)),
+            EventType::Added | EventType::Modified => Some(event.object.labels()),
         };
         let own = self.open.as_ref().is_some_and(|open| {
             open.request
@@ -163,7 +163,7 @@ impl Journal {
             namespace: (!namespace.is_empty()).then(|| namespace.to_string()),
             name: name.to_string(),
             user_agent,
-            labels_before: event.prev.as_ref().map(labels),
+            labels_before: event.prev.as_ref().map(Stored::labels),
             labels_after,
         };
         match &mut self.open {
@@ -180,24 +180,6 @@ fn own_verb(type_: EventType) -> &'static str {
         EventType::Modified => "update",
         EventType::Deleted => "delete",
     }
-}
-
-/// `metadata.labels`, decoded without the rest of the tree.
-fn labels(stored: &Stored) -> Labels {
-    #[derive(serde::Deserialize)]
-    struct Doc {
-        #[serde(default)]
-        metadata: Meta,
-    }
-    #[derive(Default, serde::Deserialize)]
-    struct Meta {
-        #[serde(default)]
-        labels: Option<Labels>,
-    }
-    serde_json::from_slice::<Doc>(stored.json())
-        .ok()
-        .and_then(|d| d.metadata.labels)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

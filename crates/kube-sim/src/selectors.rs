@@ -139,7 +139,11 @@ impl LabelSelector {
     /// Matches an object's `metadata.labels`.
     pub fn matches(&self, obj: &Value) -> bool {
         let labels = &obj["metadata"]["labels"];
-        let get = |k: &str| labels.get(k).and_then(Value::as_str);
+        self.matches_by(|k| labels.get(k).and_then(Value::as_str))
+    }
+
+    /// Matches the labels `get` reads by key.
+    pub fn matches_by<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|r| match r {
             LabelReq::Eq(k, v) => get(k) == Some(v),
             LabelReq::NotEq(k, v) => get(k) != Some(v),
@@ -155,7 +159,8 @@ impl LabelSelector {
 /// no field is asked for.
 pub fn selects_stored(labels: &LabelSelector, fields: &FieldSelector, obj: &Stored) -> bool {
     if fields.is_empty() {
-        return labels.matches(&obj.labels_only());
+        let stored = obj.labels();
+        return labels.matches_by(|key| stored.get(key).map(String::as_str));
     }
     let tree = obj.value();
     labels.matches(&tree) && fields.matches(&tree)

@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The largest encoding buffer a thread keeps between objects.
@@ -87,10 +88,10 @@ impl Stored {
             .is_ok_and(|d| d.metadata.deletion_timestamp.is_some())
     }
 
-    /// Only `metadata.labels`, as `{"metadata":{"labels":{..}}}`, decoded without building the
-    /// rest of the tree: a label selector reads nothing else, and lists and watch fan-outs
-    /// apply one to every object (a NodeSLO's spec is most of its bytes).
-    pub fn labels_only(&self) -> Value {
+    /// `metadata.labels`, decoded without building the rest of the tree: a label selector reads
+    /// nothing else, and lists and watch fan-outs apply one to every object (a NodeSLO's spec is
+    /// most of its bytes).
+    pub fn labels(&self) -> BTreeMap<String, String> {
         #[derive(serde::Deserialize)]
         struct Doc {
             #[serde(default)]
@@ -99,13 +100,12 @@ impl Stored {
         #[derive(Default, serde::Deserialize)]
         struct Meta {
             #[serde(default)]
-            labels: Option<serde_json::Map<String, Value>>,
+            labels: Option<BTreeMap<String, String>>,
         }
-        let labels = serde_json::from_slice::<Doc>(&self.0)
+        serde_json::from_slice::<Doc>(&self.0)
             .ok()
             .and_then(|d| d.metadata.labels)
-            .unwrap_or_default();
-        serde_json::json!({ "metadata": { "labels": labels } })
+            .unwrap_or_default()
     }
 
     /// The uid and owner uids, decoded without building the tree (the indexes need only these).
