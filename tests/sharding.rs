@@ -396,3 +396,33 @@ async fn a_shard_whose_lease_is_taken_stops_and_triggers_shutdown() {
     assert!(!handle.is_active());
     assert!(handle.release().await.is_err(), "a lost lease is an error");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_write_that_conflicts_or_fails_is_decided_again_on_the_object_as_it_is_now() {
+    use kube_sim::faults::{ErrorRule, FaultConfig};
+    let cluster = SimCluster::start().await;
+    let _a = start_shard(&cluster, "shard-0", 2).await;
+    let _b = start_shard(&cluster, "shard-1", 2).await;
+    create_objects(&cluster).await;
+    // A third of the sharder's label writes conflict, a tenth fail: the sharder keeps no cache
+    // and its next pass is minutes away, so only reading each such object again (by a list of
+    // its name: the chart grants no get) and deciding again assigns it.
+    let rule = |rate, code| ErrorRule {
+        verbs: vec!["patch".into()],
+        resources: vec!["configmaps".into()],
+        rate,
+        code,
+        retry_after_seconds: 1,
+    };
+    cluster.sim.set_faults(FaultConfig {
+        seed: 7,
+        errors: vec![rule(0.3, 409), rule(0.1, 500)],
+        ..FaultConfig::default()
+    });
+    let (stop, sharder) = start_sharder(&cluster);
+    let owners = wait_assigned(&cluster, &["shard-0", "shard-1"]).await;
+    assert_eq!(owners.len(), OBJECTS);
+    cluster.sim.set_faults(FaultConfig::default());
+    stop.trigger();
+    sharder.await.expect("sharder task");
+}

@@ -32,7 +32,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use kube::api::{
-    Api, DeleteParams, GetParams, ListParams, Patch, PatchParams, PostParams, Preconditions,
+    Api, DeleteParams, ListParams, ObjectList, Patch, PatchParams, PostParams, Preconditions,
 };
 use kube::core::{PartialObjectMeta, Request};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -714,17 +714,22 @@ where
     }
 
     /// The object's metadata now, or `None` if it is gone or cannot be read (the next pass
-    /// decides it then).
+    /// decides it then). Read by a list of its name, not a get: the sharder's RBAC is list,
+    /// watch and patch (the chart grants no more).
     async fn read(&self, write: &Write) -> Option<PartialObjectMeta<K>> {
-        let request = Request::new(K::url_path(&(), write.namespace.as_deref()))
-            .get_metadata(&write.name, &GetParams::default());
+        let params = ListParams::default().fields(&format!("metadata.name={}", write.name));
+        let request =
+            Request::new(K::url_path(&(), write.namespace.as_deref())).list_metadata(&params);
         let result = match request {
-            Ok(request) => self.client.request::<PartialObjectMeta<K>>(request).await,
+            Ok(request) => {
+                self.client
+                    .request::<ObjectList<PartialObjectMeta<K>>>(request)
+                    .await
+            }
             Err(error) => Err(kube::Error::BuildRequest(error)),
         };
         match result {
-            Ok(object) => Some(object),
-            Err(error) if is_not_found(&error) => None,
+            Ok(list) => list.items.into_iter().next(),
             Err(error) => {
                 tracing::warn!(object = %write.key, %error, "cannot read an object again");
                 None
