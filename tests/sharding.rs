@@ -426,3 +426,34 @@ async fn a_label_write_that_conflicts_or_fails_is_decided_again_on_the_object_as
     stop.trigger();
     sharder.await.expect("sharder task");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_label_write_waits_for_the_next_resync_instead_of_being_sent_every_second() {
+    use kube_sim::faults::{ErrorRule, FaultConfig};
+    let cluster = SimCluster::start().await;
+    let _a = start_shard(&cluster, "shard-0", 2).await;
+    create_objects(&cluster).await;
+    // An admission policy, say, refuses every label write: the same write gets the same 403.
+    cluster.sim.set_faults(FaultConfig {
+        errors: vec![ErrorRule {
+            verbs: vec!["patch".into()],
+            resources: vec!["configmaps".into()],
+            rate: 1.0,
+            code: 403,
+            retry_after_seconds: 1,
+        }],
+        ..FaultConfig::default()
+    });
+    let patches = || cluster.sim.requests().count("patch", "configmaps");
+    let (stop, sharder) = start_sharder(&cluster);
+    eventually("every object's write tried once", WAIT, || async {
+        (patches() >= OBJECTS as u64).then_some(())
+    })
+    .await;
+    // A transient failure is tried again after a second; three seconds later, a refusal is not.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(patches(), OBJECTS as u64, "one refused write per object");
+    cluster.sim.set_faults(FaultConfig::default());
+    stop.trigger();
+    sharder.await.expect("sharder task");
+}

@@ -56,6 +56,16 @@ pub fn is_forbidden(error: &kube::Error) -> bool {
     status_code(error) == Some(403)
 }
 
+/// A failure that may pass by itself: the server overloaded or failing (429, 5xx), or no answer
+/// at all (a connection or timeout error). A 4xx refusal is not: sending the same request
+/// again gets the same answer.
+pub fn is_transient(error: &kube::Error) -> bool {
+    match status_code(error) {
+        Some(code) => code == 429 || code >= 500,
+        None => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,6 +94,12 @@ mod tests {
         assert!(is_not_found(&api(404, "NotFound")));
         assert!(is_forbidden(&api(403, "Forbidden")));
         assert!(!is_forbidden(&api(401, "Unauthorized")));
+        assert!(is_transient(&api(500, "InternalError")));
+        assert!(is_transient(&api(429, "TooManyRequests")));
+        assert!(is_transient(&api(503, "ServiceUnavailable")));
+        assert!(!is_transient(&api(403, "Forbidden")));
+        assert!(!is_transient(&api(422, "Invalid")));
+        assert!(is_transient(&kube::Error::LinesCodecMaxLineLengthExceeded));
     }
 
     /// A 422 as it comes over the wire, with one cause.

@@ -81,6 +81,7 @@ pub fn unwrap_event<K>(event: watcher::Event<Lean<K>>) -> watcher::Event<K> {
         watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
+
 /// Writes whose answer is decoded as the watches decode objects, without
 /// `metadata.managedFields`: the server answers a patch or a delete with the whole object, and no
 /// decision reads its managedFields, while what a write returns stands in for the cached object

@@ -44,7 +44,7 @@ use super::lease::{Membership, classify, confirmed_dead, sleep_until_some, watch
 use super::metrics::ShardingMetrics;
 use super::ring::object_key;
 use super::{DRAIN_VALUE, RingName, ShardState, ShardingError};
-use crate::kube_errors::{is_conflict, is_not_found};
+use crate::kube_errors::{is_conflict, is_not_found, is_transient};
 use crate::leader::LeaderHandle;
 use crate::shutdown::Shutdown;
 
@@ -410,8 +410,8 @@ where
             // Writes that did not land, decided again on their objects as they are now (before
             // the sync, the first pass decides everything).
             for object in std::mem::take(&mut writes.recheck) {
-                if synced && let Some(write) = decide(&object, ring, &membership) {
-                    writes.submit(self.write(ring, write)).await;
+                if synced {
+                    self.settle(ring, &object, &membership, &mut writes).await;
                 }
             }
             let mut pass = PassScope::None;
@@ -424,8 +424,8 @@ where
                         tracing::warn!(ring = %ring, %error, "sharder watch failed");
                     }
                     Some(Ok(watcher::Event::InitApply(object) | watcher::Event::Apply(object))) => {
-                        if synced && let Some(write) = decide(&object, ring, &membership) {
-                            writes.submit(self.write(ring, write)).await;
+                        if synced {
+                            self.settle(ring, &object, &membership, &mut writes).await;
                         }
                     }
                     // Assigned (it left the selection) or deleted.
@@ -535,9 +535,7 @@ where
                     if let Some(shard) = labels.shard {
                         *counts.entry(shard.to_owned()).or_default() += 1;
                     }
-                    if let Some(write) = decide(object, ring, membership)
-                        && writes.submit(self.write(ring, write)).await
-                    {
+                    if self.settle(ring, object, membership, writes).await {
                         decided += 1;
                     }
                 }
@@ -653,6 +651,20 @@ impl<K> Sharder<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
+    /// Sends the write `object` needs under `membership`, if any; returns whether one went out.
+    async fn settle<'a>(
+        &'a self,
+        ring: &'a RingName,
+        object: &PartialObjectMeta<K>,
+        membership: &Membership,
+        writes: &mut Writes<'a, K>,
+    ) -> bool {
+        match decide(object, ring, membership) {
+            Some(write) => writes.submit(self.write(ring, write)).await,
+            None => false,
+        }
+    }
+
     fn write<'a>(&'a self, ring: &'a RingName, write: Write) -> (Write, WriteFuture<'a, K>) {
         (write.clone(), Box::pin(self.perform(ring, write)))
     }
@@ -695,10 +707,16 @@ where
                 tracing::debug!(object, "changed since the decision; reading it again");
                 true
             }
-            Err(error) => {
+            Err(error) if is_transient(&error) => {
                 tracing::warn!(object, %error, "label write failed; trying again");
                 tokio::time::sleep(RETRY).await;
                 true
+            }
+            // A refusal (403, 422, an admission webhook): the same write gets the same answer,
+            // so it waits for the next `resync` pass instead of being sent every second.
+            Err(error) => {
+                tracing::warn!(object, %error, "label write refused; the next resync tries again");
+                false
             }
         };
         let fresh = if read_again {
