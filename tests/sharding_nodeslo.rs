@@ -502,8 +502,60 @@ async fn with_node_labels_a_node_and_its_nodeslo_share_a_replica_and_a_deleted_n
     converged(&cluster, NODES - 15, 75, &ids).await;
     assert_no_foreign_writes(&cluster);
     a_typo_is_one_warning_from_the_leader_not_one_per_replica(&cluster, &replicas).await;
-    converged(&cluster, NODES - 15, 75, &ids).await;
+
+    // The leader stops: the replica that takes the lead over publishes the Warning once more
+    // (its predecessor's may have been lost with it), and the typo still changes nothing.
+    let leader = replicas
+        .iter()
+        .position(|replica| {
+            replica
+                .output()
+                .iter()
+                .any(|line| line.contains("became leader"))
+        })
+        .expect("one replica leads");
+    let mut leaving = replicas.remove(leader);
+    leaving.sigterm().expect("SIGTERM sent");
+    let status = leaving
+        .wait_exit(Duration::from_secs(30))
+        .await
+        .expect("exits after draining");
+    assert!(status.success(), "the leader drained cleanly");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while config_warnings(&cluster).await.len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the new leader publishes the Warning again: {:?}",
+            config_warnings(&cluster).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let staying: Vec<&str> = ids
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != leader)
+        .map(|(_, id)| *id)
+        .collect();
+    converged(&cluster, NODES - 15, 75, &staying).await;
     drop(replicas);
+}
+
+/// The Warning Events about the SLO ConfigMap, by reporting instance.
+async fn config_warnings(cluster: &SimCluster) -> Vec<String> {
+    use k8s_openapi::api::events::v1::Event;
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), CONFIG_NS);
+    events
+        .list(&ListParams::default())
+        .await
+        .expect("events listed")
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.type_.as_deref() == Some("Warning")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(CONFIG_NAME)
+        })
+        .map(|e| e.reporting_instance.unwrap_or_default())
+        .collect()
 }
 
 /// A typo in the config, seen by every replica (each logs it), is one Warning Event, published by
@@ -512,7 +564,6 @@ async fn a_typo_is_one_warning_from_the_leader_not_one_per_replica(
     cluster: &SimCluster,
     replicas: &[BinaryUnderTest],
 ) {
-    use k8s_openapi::api::events::v1::Event;
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), CONFIG_NS);
     let typo = objects::config_map(
         CONFIG_NS,
@@ -529,21 +580,6 @@ async fn a_typo_is_one_warning_from_the_leader_not_one_per_replica(
     )
     .await
     .expect("typo applied");
-    let events: Api<Event> = Api::namespaced(cluster.client.clone(), CONFIG_NS);
-    let warnings = || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .expect("events listed")
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.type_.as_deref() == Some("Warning")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(CONFIG_NAME)
-            })
-            .map(|e| e.reporting_instance.unwrap_or_default())
-            .collect::<Vec<_>>()
-    };
     let deadline = Instant::now() + Duration::from_secs(30);
     let every_replica_logged = || {
         replicas.iter().all(|replica| {
@@ -553,7 +589,7 @@ async fn a_typo_is_one_warning_from_the_leader_not_one_per_replica(
                 .any(|line| line.contains("invalid SLO config"))
         })
     };
-    while !every_replica_logged() || warnings().await.is_empty() {
+    while !every_replica_logged() || config_warnings(cluster).await.is_empty() {
         assert!(
             Instant::now() < deadline,
             "every replica logs the typo and one publishes a Warning"
@@ -562,7 +598,7 @@ async fn a_typo_is_one_warning_from_the_leader_not_one_per_replica(
     }
     // Any Event a second replica was about to publish would have been sent with its log line.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let warnings = warnings().await;
+    let warnings = config_warnings(cluster).await;
     assert_eq!(
         warnings.len(),
         1,

@@ -123,31 +123,28 @@ impl NodeSloController {
                 },
                 acquired = &mut gained, if awaiting_lead => {
                     awaiting_lead = false;
-                    match (acquired, applied.clone()) {
-                        (true, Some(cm)) => cm,
+                    match (acquired, &applied) {
+                        (true, Some(cm)) => cm.clone(),
                         _ => continue,
                     }
                 }
             };
-            applied = Some(cm.clone());
-            self.apply_config(cm, leader.is_leader()).await;
+            let cm = applied.insert(cm);
+            self.apply_config(cm.as_ref(), leader.is_leader()).await;
         }
     }
 
     /// Recomputes the merged config from the ConfigMap (absent: defaults). Problems are logged
     /// once per ConfigMap version, and while `leading` published once per version and the texts
     /// in force stored; a changed merged config reconciles every node.
-    async fn apply_config(&self, cm: Option<ConfigMap>, leading: bool) {
+    async fn apply_config(&self, cm: Option<&ConfigMap>, leading: bool) {
         let version = cm
-            .as_ref()
             .map(|c| c.resource_version().unwrap_or_default())
             .unwrap_or_default();
         let (outcome, log, publish) = {
             let state = read(&self.config);
-            let outcome = MergedConfig::from_config_map(
-                cm.as_ref().and_then(|c| c.data.as_ref()),
-                &state.current,
-            );
+            let outcome =
+                MergedConfig::from_config_map(cm.and_then(|c| c.data.as_ref()), &state.current);
             (
                 outcome,
                 state.reported_version.as_deref() != Some(version.as_str()),
@@ -155,15 +152,14 @@ impl NodeSloController {
             )
         };
         if log {
-            self.log_config_problems(cm.as_ref(), &outcome.problems);
+            self.log_config_problems(cm, &outcome.problems);
         }
         if publish {
-            self.publish_config_problems(cm.as_ref(), &outcome.problems)
-                .await;
+            self.publish_config_problems(cm, &outcome.problems).await;
         }
         if leading {
             self.last_good
-                .save(cm.as_ref().and_then(|c| c.data.as_ref()), &outcome.problems)
+                .save(cm.and_then(|c| c.data.as_ref()), &outcome.problems)
                 .await;
         }
         let changed = {
